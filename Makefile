@@ -1,0 +1,34 @@
+# mrtr-state: `make help` lists the targets.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo lint test clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv if needed and install mrtr-state with its dev tools
+
+demo: $(STAMP) ## Make keys/keyset.json if absent, then mint, verify, inspect and list keys
+	@PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
+	$(BIN)/ruff check mrtr_state tests
+	$(BIN)/ruff format --check mrtr_state tests
+	$(BIN)/mypy
+
+test: lint ## Lint, then the whole test suite (fails if no test ran)
+	$(BIN)/python -m pytest
+
+clean: ## Remove the virtual environment and caches (keys/ is left alone)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,0 +1,192 @@
+"""Strict, canonical encodings: the bottom layer every format parses through.
+
+Two inputs that differ in any byte must never both be accepted as the same token, and no
+attacker-chosen input may make us do unbounded work. So:
+
+* base64url is unpadded and canonical: only ``A-Z a-z 0-9 - _``, no ``=``, no whitespace, and the
+  unused low bits of the last character must be zero (otherwise four spellings decode alike);
+* JSON refuses duplicate member names (which parsers resolve differently), ``NaN``/``Infinity``,
+  numbers that overflow a double, integers longer than :data:`MAX_INT_DIGITS`, nesting deeper than
+  :data:`MAX_DEPTH`, and anything but strict UTF-8;
+* sizes are checked by the callers before any of this runs (see :func:`check_size`).
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import math
+import re
+from typing import Any
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "EncodingError",
+    "b64url_decode",
+    "b64url_encode",
+    "check_size",
+    "json_bytes",
+    "json_dumps",
+    "json_loads",
+]
+
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 64
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_TO_URLSAFE = str.maketrans("+/", "-_", "=\n")
+_FROM_URLSAFE = str.maketrans("-_", "+/")
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_INDEX = {c: i for i, c in enumerate(_ALPHABET)}
+
+
+class EncodingError(ValueError):
+    """Raised by this module; the calling layer turns it into the right public error."""
+
+
+def check_size(text: str | bytes, limit: int, what: str = "token") -> None:
+    """Refuse input longer than ``limit`` before anything else looks at it."""
+    if len(text) > limit:
+        raise EncodingError(f"{what} is {len(text)} bytes, over the {limit}-byte cap")
+
+
+def b64url_encode(data: bytes) -> str:
+    """Unpadded base64url (RFC 7515 section 2)."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii").translate(_TO_URLSAFE)
+
+
+def b64url_decode(text: str) -> bytes:
+    """Decode canonical unpadded base64url, refusing every other spelling."""
+    length = len(text)
+    remainder = length % 4
+    if remainder == 1:
+        raise EncodingError("base64url text has an impossible length")
+    if not _B64URL.fullmatch(text):
+        raise EncodingError("base64url text holds a character outside A-Z a-z 0-9 - _")
+    if remainder:
+        # The last character carries 2 (length % 4 == 2) or 4 (== 3) bits that are pure padding;
+        # canonical encoders leave them zero.
+        spare_bits = 0b1111 if remainder == 2 else 0b11
+        if _INDEX[text[-1]] & spare_bits:
+            raise EncodingError("base64url text is not canonical (non-zero trailing bits)")
+        text += "==" if remainder == 2 else "="
+    return binascii.a2b_base64(text.translate(_FROM_URLSAFE), strict_mode=True)
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise EncodingError(f"JSON has a duplicate member {name!r}")
+            seen.add(name)
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise EncodingError(f"JSON constant {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise EncodingError(f"JSON number {text[:20]} overflows a double")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise EncodingError(f"JSON integer has {len(text)} digits, over {MAX_INT_DIGITS}")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_members,
+    parse_constant=_refuse_constant,
+    parse_float=_finite_float,
+    parse_int=_bounded_int,
+)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed value, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse strict JSON (see the module docstring). Bytes must be UTF-8."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EncodingError("JSON is not valid UTF-8") from None
+    else:
+        text = data
+    try:
+        value = _DECODER.decode(text)
+    except EncodingError:
+        raise
+    except RecursionError:
+        raise EncodingError(f"JSON nests deeper than {max_depth} levels") from None
+    except ValueError as err:  # JSONDecodeError, and int() refusing a huge literal
+        raise EncodingError(f"not valid JSON ({err})") from None
+    # Counting brackets is a cheap upper bound on depth; walk only when it could be exceeded.
+    if text.count("{") + text.count("[") > max_depth and _depth(value) > max_depth:
+        raise EncodingError(f"JSON nests deeper than {max_depth} levels")
+    return value
+
+
+_LONG_INT = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
+
+
+def json_dumps(value: Any) -> str:
+    """Compact JSON that :func:`json_loads` accepts again, or ``ValueError``.
+
+    What we write we must be able to read: a token minted with state our own verifier refuses
+    would be lost. So NaN, Infinity, over-deep nesting and over-long integers are refused here.
+    """
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError) as err:
+        raise ValueError(f"value is not JSON-serialisable: {err}") from None
+    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise ValueError(f"value nests deeper than {MAX_DEPTH} levels")
+    if len(text) > MAX_INT_DIGITS and _LONG_INT.search(text) and _has_long_int(value):
+        raise ValueError(f"value holds an integer longer than {MAX_INT_DIGITS} digits")
+    return text
+
+
+def json_bytes(value: Any) -> bytes:
+    """:func:`json_dumps` as UTF-8 bytes; refuses lone surrogates, which UTF-8 cannot carry."""
+    try:
+        return json_dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+
+
+def _has_long_int(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is int and len(str(abs(item))) > MAX_INT_DIGITS:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False

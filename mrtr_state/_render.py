@@ -1,0 +1,130 @@
+"""Text renderings for the CLI: the inspect view, the key table, human durations.
+
+Pure functions from library values to strings, so they are easy to test and the click commands
+stay thin. Styling goes through ``click.style``; ``click.echo`` strips it when the output is not
+a terminal, so pipes and files get plain text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from .keyset import Key
+from .tokens import Inspection
+
+_SEGMENT_COLOURS = ("bright_black", "cyan", "yellow", "magenta", "green", "blue")
+
+
+def duration(seconds: float) -> str:
+    """``4m 12s``, ``3h 5m``, ``2d 4h``: two units at most, as people read clocks."""
+    whole = int(abs(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    parts = []
+    for name, size in units:
+        if whole >= size:
+            parts.append(f"{whole // size}{name}")
+            whole %= size
+        if len(parts) == 2 or (parts and whole == 0):
+            break
+    return " ".join(parts)
+
+
+def timestamp(at: float, now: float) -> str:
+    """UTC clock time, with the date when it is not today's."""
+    stamp = time.gmtime(at)
+    today = time.gmtime(now)
+    if stamp[:3] == today[:3]:
+        return time.strftime("%H:%M:%S UTC", stamp)
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", stamp)
+
+
+def _row(label: str, value: str) -> str:
+    return f"{label:<11}{value}"
+
+
+def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> str:
+    """The human view of :func:`mrtr_state.inspect`: anatomy, claims, time line, verdict."""
+    anatomy = view.anatomy
+    lines = [
+        _row(
+            "format",
+            f"{anatomy.format} "
+            f"({'encrypted' if anatomy.confidential else 'signed, readable by anyone'})",
+        )
+    ]
+    if view.key_status is None:
+        key_note = "no keyset loaded"
+    elif view.key_status == "unknown":
+        key_note = f"not in {keyset_source}"
+    else:
+        key_note = f"{view.key_status} key in {keyset_source}"
+    lines.append(_row("key id", f"{anatomy.kid} ({key_note})"))
+    coloured = "".join(
+        click.style(text, fg=_SEGMENT_COLOURS[n % len(_SEGMENT_COLOURS)])
+        for n, (_label, text) in enumerate(anatomy.segments)
+    )
+    lines.append(_row("token", coloured))
+    legend = "  ".join(
+        click.style(label, fg=_SEGMENT_COLOURS[n % len(_SEGMENT_COLOURS)])
+        for n, (label, _text) in enumerate(anatomy.segments)
+    )
+    lines.append(_row("", legend))
+    for label, value in anatomy.fields:
+        lines.append(_row("", f"{label}: {value}"))
+    if anatomy.header is not None:
+        lines.append(_row("header", json.dumps(anatomy.header, separators=(",", ":"))))
+    if view.sealed_bytes is not None:
+        lines.append(_row("payload", f"sealed, {view.sealed_bytes} bytes (use unseal)"))
+    claims = view.claims
+    if claims is not None:
+        shown = {k: v for k, v in claims.items() if k != "st"}
+        lines.append(_row("claims", json.dumps(shown, ensure_ascii=False)))
+        lines.append(_row("state", json.dumps(claims.get("st"), ensure_ascii=False)))
+        lines.extend(_time_line(claims, now))
+    elif anatomy.confidential and view.key_status in (None, "unknown"):
+        lines.append(_row("claims", "encrypted; a keyset holding this key can read them"))
+    if view.verified:
+        verdict = click.style("VERIFIED", fg="green", bold=True)
+    else:
+        verdict = click.style("NOT VERIFIED", fg="red", bold=True)
+    reason = f": {view.problem}" if view.problem is not None else ""
+    lines.append(_row("result", verdict + reason))
+    lines.extend(_row("", f"note: {note}") for note in view.notes)
+    return "\n".join(lines)
+
+
+def _time_line(claims: dict[str, Any], now: float) -> list[str]:
+    iat, exp = claims.get("iat"), claims.get("exp")
+    if type(iat) is not int or type(exp) is not int:
+        return []
+    if now < exp:
+        left = click.style(f"expires in {duration(exp - now)}", fg="green")
+    else:
+        left = click.style(f"expired {duration(now - exp)} ago", fg="red")
+    return [
+        _row("issued", timestamp(iat, now)),
+        _row("expires", f"{timestamp(exp, now)} ({left}, lifetime {duration(exp - iat)})"),
+    ]
+
+
+def key_table(keys: Iterable[Key], *, now: float) -> str:
+    """One line per key: id, algorithm, format, status and how long it has held it."""
+    rows = [("KID", "ALG", "FORMAT", "STATUS", "SINCE")]
+    for key in keys:
+        entered = key.since.get(key.status)
+        since = (
+            "-" if entered is None else f"{duration(now - entered)} ago ({timestamp(entered, now)})"
+        )
+        rows.append((key.kid, key.alg, key.format, key.status, since))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        for row in rows
+    )

@@ -1,0 +1,212 @@
+"""Claims: what a requestState token asserts, and the checks that decide whether to believe it.
+
+Every check is stated as the condition to *accept* (``iat <= now + skew``, ``now < exp``), so a
+value that compares false with everything, such as NaN, fails closed instead of slipping through
+an ``if now > exp: reject`` test. Numbers must be true integers: ``true`` is not 1, ``"1"`` is
+not 1, and 1e400 never gets this far (the JSON layer refuses it).
+
+Binding fails closed in both directions: a token bound to a principal, request or audience is
+refused when the verifier does not state the same value, and a verifier that states one refuses
+a token that lacks it. Otherwise an unbound token, minted by any code path that forgot the
+binding, would be accepted everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ._encoding import b64url_encode
+from .errors import (
+    AudienceMismatch,
+    BindingMismatch,
+    ExpiredToken,
+    InvalidClaims,
+    NotYetValid,
+    PrincipalMismatch,
+    RequestMismatch,
+)
+from .policy import Policy
+
+__all__ = ["Claims", "arguments_digest", "request_id"]
+
+_MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets near it
+_MEMBERS = frozenset({"iat", "exp", "jti", "sub", "aud", "rid", "st"})
+_REQUIRED = ("iat", "exp", "jti", "st")
+_FINGERPRINT_PREFIX = "mcp1:"
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The verified content of a token. ``state`` is what the server asked to carry."""
+
+    state: Any
+    iat: int
+    exp: int
+    jti: str
+    sub: str | None = None
+    aud: str | None = None
+    rid: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Claims under their JWT names, in the order they are minted."""
+        out: dict[str, Any] = {"iat": self.iat, "exp": self.exp, "jti": self.jti}
+        for name in ("sub", "aud", "rid"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["st"] = self.state
+        return out
+
+
+def new_claims(
+    state: Any, *, now: int, ttl: int, sub: str | None, aud: str | None, rid: str | None
+) -> Claims:
+    """Claims for a token minted at ``now`` that lives ``ttl`` seconds, with a random ``jti``."""
+    for name, value in (("principal", sub), ("audience", aud), ("request id", rid)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(f"{name} must be a non-empty string or None")
+    return Claims(
+        state=state,
+        iat=now,
+        exp=now + ttl,
+        jti=b64url_encode(os.urandom(16)),
+        sub=sub,
+        aud=aud,
+        rid=rid,
+    )
+
+
+def _integer(document: dict[str, Any], name: str) -> int:
+    value = document[name]
+    if type(value) is int and 0 <= value < _MAX_TIME:
+        return value
+    raise InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
+
+
+def _optional_text(document: dict[str, Any], name: str) -> str | None:
+    value = document.get(name)
+    if value is None and name not in document:
+        return None
+    if isinstance(value, str) and value:
+        return value
+    raise InvalidClaims(f"claim {name} must be a non-empty string, got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_claims(document: Any) -> Claims:
+    """Check the shape of decoded claims: required members, exact types, nothing unknown."""
+    if not isinstance(document, dict):
+        raise InvalidClaims("claims must be a JSON object")
+    missing = [name for name in _REQUIRED if name not in document]
+    if missing:
+        raise InvalidClaims(f"claims lack {', '.join(missing)}")
+    unknown = sorted(set(document) - _MEMBERS)
+    if unknown:
+        raise InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
+    jti = document["jti"]
+    if not isinstance(jti, str) or not jti:
+        raise InvalidClaims("claim jti must be a non-empty string")
+    return Claims(
+        state=document["st"],
+        iat=_integer(document, "iat"),
+        exp=_integer(document, "exp"),
+        jti=jti,
+        sub=_optional_text(document, "sub"),
+        aud=_optional_text(document, "aud"),
+        rid=_optional_text(document, "rid"),
+    )
+
+
+def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
+    """Accept only ``0 < exp - iat <= ttl_cap``, ``iat <= now + skew`` and ``now < exp``."""
+    lifetime = claims.exp - claims.iat
+    if not 0 < lifetime <= policy.ttl_cap:
+        raise InvalidClaims(
+            f"token lifetime {lifetime} s is outside 1..{policy.ttl_cap} s (the ttl cap)"
+        )
+    if not claims.iat <= now + policy.skew:
+        ahead = claims.iat - now
+        raise NotYetValid(
+            f"not yet valid: issued {ahead:.0f} s in the future, beyond the {policy.skew} s "
+            "allowed clock skew"
+        )
+    if not now < claims.exp:
+        raise ExpiredToken(f"expired {_ago(now - claims.exp)} ago")
+
+
+def _ago(seconds: float) -> str:
+    whole = int(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    if whole < 7200:
+        return f"{whole // 60} min"
+    return f"{whole // 3600} h"
+
+
+def check_binding(claims: Claims, *, sub: str | None, aud: str | None, rid: str | None) -> None:
+    """Refuse unless each of principal, audience and request matches exactly (or both absent)."""
+    _bound("principal", claims.sub, sub, PrincipalMismatch)
+    _bound("audience", claims.aud, aud, AudienceMismatch)
+    _bound("request", claims.rid, rid, RequestMismatch)
+
+
+def _bound(
+    what: str, stored: str | None, expected: str | None, error: type[BindingMismatch]
+) -> None:
+    if stored is None and expected is None:
+        return
+    if stored is None:
+        raise error(f"{what} mismatch: the token is not bound to a {what}, but one was given")
+    if expected is None:
+        raise error(f"{what} mismatch: the token is bound to a {what}; give it to verify")
+    if not hmac.compare_digest(stored.encode("utf-8"), expected.encode("utf-8")):
+        raise error(f"{what} mismatch")
+
+
+def arguments_digest(arguments: Any) -> str:
+    """The MCP Python SDK's digest of request arguments.
+
+    b64url(SHA-256(JSON)[:16]) where the JSON is what Python's ``json.dumps`` writes with sorted
+    keys, ``,``/``:`` separators and non-ASCII escaped as ``\\uXXXX`` (its default): matching it
+    byte for byte lets one fingerprint serve our formats and the SDK's.
+    """
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return b64url_encode(hashlib.sha256(text.encode("ascii")).digest()[:16])
+
+
+def request_id(
+    value: str | None = None,
+    *,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+) -> str:
+    """The identifier a token is bound to: the caller's own string, or a request fingerprint.
+
+    The fingerprint covers the method, the target (tool name, prompt name or resource URI) and
+    the arguments digest; never the JSON-RPC id, which changes on every retry. It is
+    ``mcp1:`` + b64url(SHA-256 of the JSON array [method, target, digest])[:16].
+    """
+    if value is not None:
+        if method is not None or target is not None or arguments is not None:
+            raise ValueError("give either a request id string or method/target/arguments")
+        if not isinstance(value, str) or not value:
+            raise ValueError("a request id must be a non-empty string")
+        return value
+    if not isinstance(method, str) or not method or not isinstance(target, str) or not target:
+        raise ValueError("a request fingerprint needs a method and a target")
+    parts = json.dumps(
+        [method, target, arguments_digest({} if arguments is None else arguments)],
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    return _FINGERPRINT_PREFIX + b64url_encode(hashlib.sha256(parts.encode("ascii")).digest()[:16])

@@ -1,0 +1,139 @@
+"""Settings from flags, environment and one TOML file, in that order of precedence.
+
+One file only (``--config``, else ``MRTR_STATE_CONFIG``, else ``mrtr-state.toml`` in the working
+folder when present), flat keys, unknown keys refused: a typo such as ``tll = 30`` must not
+silently leave the default TTL in force. A relative ``keyset`` path in the file is taken relative
+to the file, so a config works the same from any working folder.
+
+    keyset = "keys/keyset.json"
+    format = "aead"
+    ttl = 300
+    ttl_cap = 3600
+    audience = "https://mcp.example.com"
+    max_size = 8192
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .formats import FORMAT_NAMES
+from .policy import DEFAULT_POLICY, Policy
+
+__all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
+
+DEFAULT_KEYSET = Path("keys/keyset.json")
+DEFAULT_CONFIG_NAME = "mrtr-state.toml"
+_INTEGERS = ("ttl", "ttl_cap", "max_size")
+_KNOWN = frozenset({"keyset", "format", "audience", *_INTEGERS})
+ENV_PREFIX = "MRTR_STATE_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    keyset_path: Path
+    keyset_is_default: bool
+    format: str
+    audience: str | None
+    policy: Policy
+    config_path: Path | None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+    unknown = sorted(set(data) - _KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown setting {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(_KNOWN))}"
+        )
+    if isinstance(data.get("keyset"), str):
+        data["keyset"] = str(path.parent / data["keyset"])
+    return data
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in _KNOWN:
+        value = env.get(ENV_PREFIX + name.upper())
+        if value is None or value == "":
+            continue
+        if name in _INTEGERS:
+            try:
+                found[name] = int(value)
+            except ValueError:
+                raise ConfigError(
+                    f"{ENV_PREFIX}{name.upper()}={value!r} is not a whole number"
+                ) from None
+        else:
+            found[name] = value
+    return found
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    config: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """Resolve settings: ``flags`` (None values ignored) beat ``env`` beats the file beats defaults.
+
+    The file is ``config`` if given, else ``$MRTR_STATE_CONFIG``, else ``mrtr-state.toml`` in
+    ``cwd`` when it exists.
+    """
+    env = os.environ if env is None else env
+    folder = Path.cwd() if cwd is None else cwd
+    chosen = config if config is not None else env.get("MRTR_STATE_CONFIG") or None
+    config_path: Path | None
+    if chosen is not None:
+        config_path = Path(chosen)
+        file_values = _read_file(config_path)
+    elif (folder / DEFAULT_CONFIG_NAME).is_file():
+        config_path = folder / DEFAULT_CONFIG_NAME
+        file_values = _read_file(config_path)
+    else:
+        config_path, file_values = None, {}
+    merged: dict[str, Any] = {**file_values, **_from_env(env)}
+    merged.update({k: v for k, v in (flags or {}).items() if v is not None})
+
+    for name in _INTEGERS:
+        if name in merged and type(merged[name]) is not int:
+            raise ConfigError(f"setting {name} must be a whole number, got {merged[name]!r}")
+    for name in ("keyset", "format", "audience"):
+        if name in merged and (not isinstance(merged[name], str) or not merged[name]):
+            raise ConfigError(f"setting {name} must be a non-empty string")
+    fmt = merged.get("format", "aead")
+    if fmt not in FORMAT_NAMES:
+        raise ConfigError(f"unknown format {fmt!r}; known: {', '.join(FORMAT_NAMES)}")
+    try:
+        policy = Policy(
+            ttl=merged.get("ttl", DEFAULT_POLICY.ttl),
+            ttl_cap=merged.get("ttl_cap", DEFAULT_POLICY.ttl_cap),
+            max_size=merged.get("max_size", DEFAULT_POLICY.max_size),
+        )
+    except ValueError as err:
+        raise ConfigError(f"invalid settings: {err}") from None
+    keyset = merged.get("keyset")
+    return Settings(
+        keyset_path=Path(keyset) if keyset else DEFAULT_KEYSET,
+        keyset_is_default=keyset is None,
+        format=fmt,
+        audience=merged.get("audience"),
+        policy=policy,
+        config_path=config_path,
+    )

@@ -1,0 +1,197 @@
+"""The whole error tree of mrtr-state, on one screen.
+
+Every refusal has its own class so that callers never match on message text, and every class
+carries a stable ``code`` (for logs and ``--json``) and the ``exit_code`` the CLI returns for it.
+The message (``str(err)``) is specific and meant for operators; ``err.public_message`` is the
+one uniform sentence to put on the wire, so that a client probing a server cannot tell an
+unknown key from a forged tag.
+
+Caller mistakes (a negative TTL, an unknown format name passed by code) are plain ``TypeError``
+or ``ValueError``, as in Fernet: they are bugs in the calling program, not hostile input.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+PUBLIC_MESSAGE = "invalid or expired request state"
+
+__all__ = [
+    "PUBLIC_MESSAGE",
+    "AudienceMismatch",
+    "BadSignature",
+    "BindingMismatch",
+    "ConfigError",
+    "ExpiredToken",
+    "InvalidClaims",
+    "InvalidToken",
+    "KeyRetired",
+    "KeysetError",
+    "KeysetExists",
+    "KeysetInvalid",
+    "KeysetLocked",
+    "KeysetNotFound",
+    "KeysetPermissions",
+    "MalformedToken",
+    "MrtrStateError",
+    "NoPrimaryKey",
+    "NotYetValid",
+    "OversizedToken",
+    "PrincipalMismatch",
+    "Replayed",
+    "RequestMismatch",
+    "TimeWindowError",
+    "UnknownKey",
+    "WrongFormat",
+]
+
+
+class MrtrStateError(Exception):
+    """Base of every error this library raises on purpose."""
+
+    code: ClassVar[str] = "error"
+    exit_code: ClassVar[int] = 1
+    public_message: ClassVar[str] = PUBLIC_MESSAGE
+
+
+# --- token rejections: hostile or stale input (exit 1, 3, 4, 5) -------------------------------
+
+
+class InvalidToken(MrtrStateError):
+    """The token was refused. Catch this to refuse every bad requestState at once."""
+
+    code = "invalid_token"
+    exit_code = 1
+
+
+class MalformedToken(InvalidToken):
+    """Not a well-formed token: bad prefix, segment count, base64url or JSON."""
+
+    code = "malformed"
+
+
+class OversizedToken(MalformedToken):
+    """Longer than the size cap; refused before any decoding work."""
+
+    code = "oversized"
+
+
+class WrongFormat(InvalidToken):
+    """A well-formed token of another format than the one asked for, or a key of another kind."""
+
+    code = "wrong_format"
+
+
+class UnknownKey(InvalidToken):
+    """The key id names no key in the keyset."""
+
+    code = "unknown_key"
+
+
+class KeyRetired(InvalidToken):
+    """The key id names a retired (revoked) key."""
+
+    code = "key_retired"
+
+
+class BadSignature(InvalidToken):
+    """The MAC or AEAD tag does not verify: tampered, truncated or forged."""
+
+    code = "bad_signature"
+
+
+class InvalidClaims(InvalidToken):
+    """Authentic, but its claims break the rules: missing, mistyped or an over-long lifetime."""
+
+    code = "invalid_claims"
+
+
+class TimeWindowError(InvalidToken):
+    """Authentic and well-formed, but outside its validity window."""
+
+    code = "time_window"
+    exit_code = 3
+
+
+class ExpiredToken(TimeWindowError):
+    """``now`` is at or past ``exp``. Only raised after the tag or MAC has verified."""
+
+    code = "expired"
+
+
+class NotYetValid(TimeWindowError):
+    """``iat`` lies further in the future than the allowed clock skew."""
+
+    code = "not_yet_valid"
+
+
+class BindingMismatch(InvalidToken):
+    """Authentic and fresh, but bound to a different principal, request or audience."""
+
+    code = "binding_mismatch"
+    exit_code = 4
+
+
+class PrincipalMismatch(BindingMismatch):
+    code = "principal_mismatch"
+
+
+class RequestMismatch(BindingMismatch):
+    code = "request_mismatch"
+
+
+class AudienceMismatch(BindingMismatch):
+    code = "audience_mismatch"
+
+
+class Replayed(InvalidToken):
+    """A single-use token presented a second time."""
+
+    code = "replayed"
+    exit_code = 5
+
+
+# --- keyset and configuration problems: the operator's to fix (exit 6) -------------------------
+
+
+class KeysetError(MrtrStateError):
+    """The keyset or configuration cannot be used; the message says how to fix it."""
+
+    code = "keyset_error"
+    exit_code = 6
+
+
+class KeysetNotFound(KeysetError):
+    code = "keyset_not_found"
+
+
+class KeysetExists(KeysetError):
+    code = "keyset_exists"
+
+
+class KeysetPermissions(KeysetError):
+    """Group- or world-accessible file, a symlink, or not a regular file."""
+
+    code = "keyset_permissions"
+
+
+class KeysetInvalid(KeysetError):
+    """The file is not a valid keyset: bad JSON, a short key, two primaries, a duplicate kid..."""
+
+    code = "keyset_invalid"
+
+
+class KeysetLocked(KeysetError):
+    """Another writer held the keyset lock for too long."""
+
+    code = "keyset_locked"
+
+
+class NoPrimaryKey(KeysetError):
+    """Minting needs a primary key of the format's algorithm and the keyset has none."""
+
+    code = "no_primary_key"
+
+
+class ConfigError(KeysetError):
+    code = "config_error"

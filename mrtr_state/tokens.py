@@ -1,0 +1,339 @@
+"""mint / verify / inspect / seal / unseal: the one place where keyset, format and claims meet.
+
+Order of checks in :func:`verify`, and why:
+
+1. size cap, before any decoding (an 8 KiB cap bounds all later work);
+2. format detection and key routing by key id (unknown or retired keys stop here);
+3. the tag or MAC, so nothing unauthenticated is ever parsed as claims;
+4. claim shape and types, then lifetime, then binding: "expired" and "principal mismatch" are
+   only ever said of tokens that really came from a holder of the key.
+
+Sealed payloads (:func:`seal`) carry a leading 0x00 byte, which no claims JSON can start with, so
+bytes sealed for some other purpose can never be accepted as a claims token and vice versa.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._encoding import EncodingError, json_bytes, json_loads
+from .claims import Claims, check_binding, check_lifetime, new_claims, parse_claims
+from .errors import InvalidClaims, InvalidToken, MalformedToken, OversizedToken, WrongFormat
+from .formats import Anatomy, Format, detect_format, get_format
+from .policy import DEFAULT_POLICY, Policy
+
+if TYPE_CHECKING:
+    from .keyset import Key, Keyset
+
+__all__ = ["Inspection", "Minted", "inspect", "issue", "mint", "seal", "unseal", "verify"]
+
+DEFAULT_FORMAT = "aead"
+_SEALED = b"\x00"
+
+
+@dataclass(frozen=True)
+class Minted:
+    """A freshly minted token and the facts a caller may want to log about it."""
+
+    token: str
+    kid: str
+    format: str
+    claims: Claims
+
+    @property
+    def expires_at(self) -> int:
+        return self.claims.exp
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _text(token: str | bytes, policy: Policy) -> str:
+    """Size-check and normalise untrusted token input to ASCII text."""
+    if len(token) > policy.max_size:
+        raise OversizedToken(
+            f"token is {len(token)} bytes, over the {policy.max_size}-byte size cap"
+        )
+    if isinstance(token, bytes):
+        try:
+            return token.decode("ascii")
+        except UnicodeDecodeError:
+            raise MalformedToken("token holds non-ASCII bytes") from None
+    if not isinstance(token, str):
+        raise TypeError(f"a token is a str, not {type(token).__name__}")
+    if not token.isascii():
+        raise MalformedToken("token holds non-ASCII characters")
+    return token
+
+
+def _format_of(token: str, wanted: str | None) -> Format:
+    found = detect_format(token)
+    if wanted is not None and wanted != found:
+        get_format(wanted)  # a caller's typo is a ValueError, not a rejected token
+        raise WrongFormat(f"expected a {wanted} token, got {found}")
+    return get_format(found)
+
+
+def _open(
+    keyset: Keyset, token: str | bytes, wanted: str | None, policy: Policy
+) -> tuple[Format, Key, bytes]:
+    text = _text(token, policy)
+    fmt = _format_of(text, wanted)
+    key, plaintext = fmt.open(keyset, text)
+    return fmt, key, plaintext
+
+
+def _claims_from(plaintext: bytes) -> Claims:
+    if plaintext[:1] == _SEALED:
+        raise WrongFormat("this token holds a sealed payload, not claims; use unseal")
+    try:
+        document = json_loads(plaintext)
+    except EncodingError as err:
+        raise InvalidClaims(f"claims: {err}") from None
+    return parse_claims(document)
+
+
+def _check_ttl(ttl: int | None, policy: Policy) -> int:
+    chosen = policy.ttl if ttl is None else ttl
+    if type(chosen) is not int or not 0 < chosen <= policy.ttl_cap:
+        raise ValueError(
+            f"ttl must be a whole number of seconds in 1..{policy.ttl_cap}, got {chosen!r}"
+        )
+    return chosen
+
+
+def _fit(token: str, policy: Policy, what: str) -> str:
+    if len(token) > policy.max_size:
+        raise ValueError(
+            f"{what} makes a {len(token)}-byte token, over the {policy.max_size}-byte size cap "
+            "that verification enforces; carry less or raise max_size everywhere"
+        )
+    return token
+
+
+def issue(
+    keyset: Keyset,
+    state: Any = None,
+    *,
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    ttl: int | None = None,
+    format: str = DEFAULT_FORMAT,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Minted:
+    """Like :func:`mint`, but returns the token with its key id, format and claims."""
+    fmt = get_format(format)
+    key = keyset.primary(fmt.alg)
+    claims = new_claims(
+        state,
+        now=int(_now(now)),
+        ttl=_check_ttl(ttl, policy),
+        sub=principal,
+        aud=audience,
+        rid=request_id,
+    )
+    token = _fit(fmt.seal(key, json_bytes(claims.to_dict())), policy, "this state")
+    return Minted(token=token, kid=key.kid, format=fmt.name, claims=claims)
+
+
+def mint(
+    keyset: Keyset,
+    state: Any = None,
+    *,
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    ttl: int | None = None,
+    format: str = DEFAULT_FORMAT,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> str:
+    """Mint a requestState token carrying ``state`` (any JSON value) under the primary key.
+
+    Bind it to everything the retry must match: the authenticated ``principal``, the
+    ``request_id`` of the originating request (see :func:`mrtr_state.request_id`) and the
+    ``audience`` (this server or fleet). It expires ``ttl`` seconds from ``now``.
+    """
+    return issue(
+        keyset,
+        state,
+        principal=principal,
+        request_id=request_id,
+        audience=audience,
+        ttl=ttl,
+        format=format,
+        now=now,
+        policy=policy,
+    ).token
+
+
+def verify(
+    keyset: Keyset,
+    token: str | bytes,
+    *,
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    format: str | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Claims:
+    """Verify ``token`` and return its claims, or raise a subclass of :class:`InvalidToken`.
+
+    State the same principal, request id and audience the token was minted with: a mismatch in
+    either direction (a value the token lacks, or a bound value not stated) is refused.
+    """
+    _fmt, _key, plaintext = _open(keyset, token, format, policy)
+    claims = _claims_from(plaintext)
+    check_lifetime(claims, _now(now), policy)
+    check_binding(claims, sub=principal, aud=audience, rid=request_id)
+    return claims
+
+
+def seal(
+    keyset: Keyset, payload: bytes, *, format: str = DEFAULT_FORMAT, policy: Policy = DEFAULT_POLICY
+) -> str:
+    """Protect raw ``payload`` bytes with no claims: no expiry, no binding. Prefer :func:`mint`."""
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+    fmt = get_format(format)
+    return _fit(fmt.seal(keyset.primary(fmt.alg), _SEALED + bytes(payload)), policy, "this payload")
+
+
+def unseal(
+    keyset: Keyset,
+    token: str | bytes,
+    *,
+    format: str | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> bytes:
+    """The payload of a token made by :func:`seal`, after checking its tag or MAC."""
+    _fmt, _key, plaintext = _open(keyset, token, format, policy)
+    if plaintext[:1] != _SEALED:
+        raise WrongFormat("this token holds claims, not a sealed payload; use verify")
+    return plaintext[1:]
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What :func:`inspect` found. ``verified`` is true only if every check that ran passed."""
+
+    anatomy: Anatomy
+    verified: bool
+    key_status: str | None = None
+    claims: dict[str, Any] | None = None
+    sealed_bytes: int | None = None
+    problem: InvalidToken | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def format(self) -> str:
+        return self.anatomy.format
+
+    @property
+    def kid(self) -> str:
+        return self.anatomy.kid
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view; never holds key material."""
+        claims = self.claims
+        return {
+            "format": self.anatomy.format,
+            "kid": self.anatomy.kid,
+            "key_status": self.key_status,
+            "confidential": self.anatomy.confidential,
+            "verified": self.verified,
+            "problem": None
+            if self.problem is None
+            else {"code": self.problem.code, "message": str(self.problem)},
+            "header": self.anatomy.header,
+            "fields": dict(self.anatomy.fields),
+            "claims": claims,
+            "sealed_bytes": self.sealed_bytes,
+            "issued_at": claims.get("iat") if claims else None,
+            "expires_at": claims.get("exp") if claims else None,
+            "notes": list(self.notes),
+        }
+
+
+def inspect(
+    token: str | bytes,
+    *,
+    keyset: Keyset | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Inspection:
+    """Describe a token. Without a keyset nothing is verified and the result says so.
+
+    With a keyset the tag or MAC, the claim types and the lifetime are checked; bindings are not
+    (inspect is not told which principal or request to expect), and the notes say so.
+    """
+    text = _text(token, policy)
+    fmt = get_format(detect_format(text))
+    anatomy = fmt.anatomy(text)
+    if keyset is None:
+        return Inspection(
+            anatomy=anatomy,
+            verified=False,
+            claims=_readable_claims(anatomy),
+            notes=("no keyset: nothing was verified",),
+        )
+    key = keyset.get(anatomy.kid)
+    status = "unknown" if key is None else key.status
+    try:
+        _key, plaintext = fmt.open(keyset, text)
+    except InvalidToken as err:
+        return Inspection(
+            anatomy=anatomy,
+            verified=False,
+            key_status=status,
+            claims=_readable_claims(anatomy),
+            problem=err,
+        )
+    if plaintext[:1] == _SEALED:
+        return Inspection(
+            anatomy=anatomy,
+            verified=True,
+            key_status=status,
+            sealed_bytes=len(plaintext) - 1,
+            notes=("sealed payload: no claims, no expiry, no binding",),
+        )
+    binding_note = "bindings (principal, request, audience) were not checked"
+    try:
+        claims = _claims_from(plaintext)
+    except InvalidToken as err:
+        return Inspection(anatomy=anatomy, verified=False, key_status=status, problem=err)
+    try:
+        check_lifetime(claims, _now(now), policy)
+    except InvalidToken as err:
+        return Inspection(
+            anatomy=anatomy,
+            verified=False,
+            key_status=status,
+            claims=claims.to_dict(),
+            problem=err,
+            notes=(binding_note,),
+        )
+    return Inspection(
+        anatomy=anatomy,
+        verified=True,
+        key_status=status,
+        claims=claims.to_dict(),
+        notes=(binding_note,),
+    )
+
+
+def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:
+    """Claims a readable format shows anyone, parsed but not trusted."""
+    if anatomy.readable is None or anatomy.readable[:1] == _SEALED:
+        return None
+    try:
+        document = json_loads(anatomy.readable)
+    except EncodingError:
+        return None
+    return document if isinstance(document, dict) else None

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The whole mrtr-state flow on the default keyset (keys/keyset.json), explained as it runs.
+set -euo pipefail
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+show() { printf '$ %s\n' "$*"; "$@"; }
+
+if [ -f keys/keyset.json ]; then
+  step "Using the existing keyset keys/keyset.json"
+else
+  step "No keyset yet: create keys/keyset.json (mode 0600, one primary aead key)"
+  show mrtr-state keys init
+fi
+
+step "The keys (ids, algorithms, status; secrets are never printed)"
+show mrtr-state keys list
+
+step "Mint a token bound to principal alice and request req-42, carrying state {\"step\":2}"
+printf '$ mrtr-state mint --principal alice --request-id req-42 --ttl 120 --state '"'"'{"step":2}'"'"'\n'
+TOKEN=$(mrtr-state mint --principal alice --request-id req-42 --ttl 120 --state '{"step":2}')
+echo "$TOKEN"
+
+step "Verify it as the retry would: same principal, same request -> the state, exit 0"
+show mrtr-state verify --principal alice --request-id req-42 "$TOKEN"
+
+step "Verify it for another principal -> refused with exit 4 (binding mismatch)"
+printf '$ mrtr-state verify --principal mallory --request-id req-42 "$TOKEN"\n'
+set +e
+mrtr-state verify --principal mallory --request-id req-42 "$TOKEN"
+code=$?
+set -e
+echo "exit code $code"
+
+step "Change one character -> refused with exit 1 (tag mismatch)"
+if [ "${TOKEN: -1}" = "A" ]; then TAMPERED="${TOKEN%?}B"; else TAMPERED="${TOKEN%?}A"; fi
+set +e
+mrtr-state verify --principal alice --request-id req-42 "$TAMPERED"
+code=$?
+set -e
+echo "exit code $code"
+
+step "Inspect it: anatomy, claims and time line (decrypted because the keyset is at hand)"
+show mrtr-state inspect "$TOKEN"
+
+step "The same as JSON, for scripts"
+show mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"
+
+printf '\nDone. Try: mrtr-state --help\n'

@@ -1,0 +1,32 @@
+"""Shared fixtures: keysets made fresh for each test, a fixed clock, the shared vectors folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mrtr_state as ms
+
+NOW = 1_800_000_000  # a fixed "now" (2027-01-15) so that times in tests are exact
+VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+
+
+@pytest.fixture
+def keyset() -> ms.Keyset:
+    return ms.Keyset.generate(("A256GCM",), now=NOW - 3600)
+
+
+@pytest.fixture
+def keyset_path(tmp_path: Path, keyset: ms.Keyset) -> Path:
+    path = tmp_path / "keys" / "keyset.json"
+    keyset.save(path)
+    return path
+
+
+def shared_vector(*parts: str) -> Path:
+    """A file under ../shared/vectors, or skip the test where that folder is absent."""
+    path = VECTORS.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared test vectors not found at {path} (a user's checkout has none)")
+    return path

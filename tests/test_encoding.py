@@ -1,0 +1,136 @@
+"""The strict encoding layer: canonical base64url and strict JSON."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mrtr_state._encoding import (
+    MAX_DEPTH,
+    EncodingError,
+    b64url_decode,
+    b64url_encode,
+    json_bytes,
+    json_dumps,
+    json_loads,
+)
+
+
+@given(st.binary(max_size=200))
+def test_base64url_round_trips_and_matches_the_stdlib(data: bytes) -> None:
+    text = b64url_encode(data)
+    assert text == base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    assert b64url_decode(text) == data
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("padding", "YQ=="),
+        ("padding-one", "YWI="),
+        ("plus", "a+b_"),
+        ("slash", "a/b_"),
+        ("space", "YW Jj"),
+        ("newline", "YWJj\n"),
+        ("impossible-length", "YWJjZ"),
+        ("trailing-bits-2", "YR"),  # "YQ" is canonical for b"a"
+        ("trailing-bits-3", "YWJ"),  # "YWI" is canonical for b"ab"
+        ("non-ascii", "YWJj\u00e9"),
+        ("fullwidth-digit", "YWJ\uff11"),
+    ],
+)
+def test_base64url_refuses_non_canonical_spellings(name: str, text: str) -> None:
+    with pytest.raises(EncodingError):
+        b64url_decode(text)
+
+
+def test_base64url_accepts_exactly_the_canonical_last_characters() -> None:
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    # One byte leaves 4 spare bits in the last digit (4 of 64 digits canonical), two leave 2 (16).
+    for prefix, canonical_count in (("Y", 4), ("YW", 16)):
+        accepted = []
+        for last in alphabet:
+            text = prefix + last
+            try:
+                decoded = b64url_decode(text)
+            except EncodingError:
+                continue
+            assert b64url_encode(decoded) == text
+            accepted.append(last)
+        assert len(accepted) == canonical_count
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("duplicate-key", '{"a":1,"a":2}'),
+        ("nested-duplicate", '{"x":{"b":1,"b":1}}'),
+        ("nan", '{"a":NaN}'),
+        ("infinity", '{"a":Infinity}'),
+        ("minus-infinity", "-Infinity"),
+        ("overflowing-float", '{"a":1e400}'),
+        ("huge-integer", "1" * 5000),
+        ("long-integer", "1" * 65),
+        ("too-deep", "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)),
+        ("very-deep", "[" * 100_000 + "]" * 100_000),
+        ("trailing-garbage", '{"a":1} x'),
+        ("bom", '\ufeff{"a":1}'),
+        ("single-quotes", "{'a':1}"),
+    ],
+)
+def test_json_refuses(name: str, text: str) -> None:
+    with pytest.raises(EncodingError):
+        json_loads(text)
+
+
+def test_json_refuses_invalid_utf8_and_other_encodings() -> None:
+    with pytest.raises(EncodingError):
+        json_loads(b'{"a":"\xff"}')
+    with pytest.raises(EncodingError):
+        json_loads('{"a":1}'.encode("utf-16"))
+
+
+def test_json_accepts_the_deepest_allowed_nesting_and_brackets_in_strings() -> None:
+    deep = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert json_loads(deep) is not None
+    assert json_loads(json.dumps({"s": "[" * 200})) == {"s": "[" * 200}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_what_json_dumps_writes_json_loads_reads_back(value: object) -> None:
+    try:
+        data = json_bytes(value)
+    except ValueError:
+        return  # lone surrogates: refused at write time, never minted
+    assert json_loads(data) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [float("nan"), float("inf"), {"x": object()}, 10**70],
+    ids=["nan", "inf", "object", "long-int"],
+)
+def test_json_dumps_refuses_what_the_reader_would_refuse(value: object) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        json_dumps(value)
+
+
+def test_json_dumps_refuses_over_deep_values() -> None:
+    value: object = []
+    for _ in range(MAX_DEPTH + 1):
+        value = [value]
+    with pytest.raises(ValueError, match="deeper"):
+        json_dumps(value)
