@@ -52,7 +52,8 @@ class App:
     config_flag: Path | None
 
     def settings(self, **flags: Any) -> Settings:
-        return load_settings({"keyset": self.keyset_flag, **flags}, config=self.config_flag)
+        keyset = None if self.keyset_flag is None else str(self.keyset_flag)
+        return load_settings({"keyset": keyset, **flags}, config=self.config_flag)
 
     def keyset(self, settings: Settings) -> Keyset:
         return Keyset.load(settings.keyset_path)
@@ -297,7 +298,7 @@ def mint(
       mrtr-state mint -p alice --method tools/call --target deploy \\
           --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
     """
-    settings = app.settings(format=fmt, ttl=ttl, audience=audience)
+    settings = app.settings(format=fmt, audience=audience)
     rid = _request_binding(request_id, method, target, arguments)
     carried = _read_state(state)
     keyset = app.keyset(settings)
@@ -306,6 +307,7 @@ def mint(
         carried,
         principal=principal,
         request_id=rid,
+        ttl=ttl,
         audience=settings.audience,
         format=settings.format,
         policy=settings.policy,

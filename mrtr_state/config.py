@@ -61,7 +61,7 @@ def _read_file(path: Path) -> dict[str, Any]:
             f"config file {path}: unknown setting {', '.join(unknown)}; "
             f"known: {', '.join(sorted(_KNOWN))}"
         )
-    if isinstance(data.get("keyset"), str):
+    if isinstance(data.get("keyset"), str) and data["keyset"]:
         data["keyset"] = str(path.parent / data["keyset"])
     return data
 

@@ -21,7 +21,8 @@ TOKEN=$(mrtr-state mint --principal alice --request-id req-42 --ttl 120 --state 
 echo "$TOKEN"
 
 step "Verify it as the retry would: same principal, same request -> the state, exit 0"
-show mrtr-state verify --principal alice --request-id req-42 "$TOKEN"
+printf '$ mrtr-state verify --principal alice --request-id req-42 "$TOKEN"\n'
+mrtr-state verify --principal alice --request-id req-42 "$TOKEN"
 
 step "Verify it for another principal -> refused with exit 4 (binding mismatch)"
 printf '$ mrtr-state verify --principal mallory --request-id req-42 "$TOKEN"\n'
@@ -31,8 +32,10 @@ code=$?
 set -e
 echo "exit code $code"
 
-step "Change one character -> refused with exit 1 (tag mismatch)"
-if [ "${TOKEN: -1}" = "A" ]; then TAMPERED="${TOKEN%?}B"; else TAMPERED="${TOKEN%?}A"; fi
+step "Change one character of the ciphertext -> refused with exit 1 (tag mismatch)"
+if [ "${TOKEN:40:1}" = "A" ]; then swap=B; else swap=A; fi
+TAMPERED="${TOKEN:0:40}${swap}${TOKEN:41}"
+printf '$ mrtr-state verify --principal alice --request-id req-42 "$TAMPERED"\n'
 set +e
 mrtr-state verify --principal alice --request-id req-42 "$TAMPERED"
 code=$?
@@ -40,9 +43,11 @@ set -e
 echo "exit code $code"
 
 step "Inspect it: anatomy, claims and time line (decrypted because the keyset is at hand)"
-show mrtr-state inspect "$TOKEN"
+printf '$ mrtr-state inspect "$TOKEN"\n'
+mrtr-state inspect "$TOKEN"
 
 step "The same as JSON, for scripts"
-show mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"
+printf '$ mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"\n'
+mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"
 
 printf '\nDone. Try: mrtr-state --help\n'

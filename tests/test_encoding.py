@@ -101,10 +101,14 @@ def test_json_accepts_the_deepest_allowed_nesting_and_brackets_in_strings() -> N
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 

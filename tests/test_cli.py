@@ -1,0 +1,387 @@
+"""The CLI contract: exit codes, one-line errors, --json output, help for every command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+import mrtr_state as ms
+from mrtr_state.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CLEAN_ENV = {name: None for name in os.environ if name.startswith("MRTR_STATE_")}
+
+
+def run(
+    *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, code: int = 0
+) -> Result:
+    """Run the CLI in-process; assert the exit code and that no traceback escaped."""
+    runner = CliRunner()
+    result = runner.invoke(cli, list(args), input=input, env={**CLEAN_ENV, **(env or {})})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+@pytest.fixture
+def ks(tmp_path: Path) -> Path:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    return path
+
+
+def mint(ks: Path, *args: str) -> str:
+    return run("--keyset", str(ks), "mint", *args).stdout.strip()
+
+
+# --- help ----------------------------------------------------------------------------------
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        found.append((*prefix, name))
+        if isinstance(command, click.Group):
+            found.extend(_commands(command, (*prefix, name)))
+    return found
+
+
+@pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
+def test_every_command_has_help_with_an_example_and_is_in_the_readme(path: tuple[str, ...]) -> None:
+    result = run(*path, "--help")
+    assert "Usage: " in result.stdout
+    command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]  # type: ignore[assignment]
+    if not isinstance(command, click.Group):
+        assert "Example" in result.stdout
+    readme = (ROOT / "README.md").read_text()
+    assert f"mrtr-state {' '.join(path)}" in readme
+
+
+def test_python_dash_m_and_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mrtr_state", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ms.__version__ in out.stdout
+
+
+# --- keys ----------------------------------------------------------------------------------
+
+
+def test_keys_init_creates_a_private_keyset_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "keyset.json"
+    result = run("--keyset", str(path), "keys", "init", "--json")
+    described = json.loads(result.stdout)
+    assert [k["alg"] for k in described["keys"]] == ["A256GCM"]
+    assert described["keys"][0]["status"] == "primary"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    before = path.read_bytes()
+    again = run("--keyset", str(path), "keys", "init", code=6)
+    assert again.stderr == f"error: a keyset already exists at {path}; pass --force to replace it\n"
+    assert path.read_bytes() == before
+    run("--keyset", str(path), "keys", "init", "--force")
+    assert path.read_bytes() != before
+
+
+def test_keys_list_never_prints_secrets(ks: Path) -> None:
+    secret = json.loads(ks.read_text())["keys"][0]["k"]
+    text = run("--keyset", str(ks), "keys", "list").stdout
+    listed = json.loads(run("--keyset", str(ks), "keys", "list", "--json").stdout)
+    kid = listed["keys"][0]["kid"]
+    assert re.search(rf"^{kid}\s+A256GCM\s+aead\s+primary\s+\d+s ago", text, re.MULTILINE)
+    assert secret not in text
+    assert secret not in json.dumps(listed)
+    assert "k" not in listed["keys"][0]
+
+
+# --- mint and verify -----------------------------------------------------------------------
+
+
+def test_mint_prints_the_token_alone_and_verify_prints_the_state(ks: Path) -> None:
+    result = run(
+        "--keyset", str(ks), "mint", "-p", "alice", "-r", "req-42", "--state", '{"step":2}'
+    )
+    token = result.stdout.strip()
+    assert result.stdout == token + "\n"
+    assert token.startswith("ms1.")
+    assert result.stderr == ""
+    verified = run("--keyset", str(ks), "verify", "-p", "alice", "-r", "req-42", token)
+    assert verified.stdout == '{"step":2}\n'
+
+
+def test_mint_json_and_verify_json(ks: Path) -> None:
+    before = int(time.time())
+    minted = json.loads(
+        run("--keyset", str(ks), "mint", "--json", "--ttl", "60", "--state", "[1]").stdout
+    )
+    assert set(minted) == {"token", "kid", "format", "expires_at"}
+    assert minted["format"] == "aead"
+    assert before + 60 <= minted["expires_at"] <= int(time.time()) + 60
+    out = json.loads(run("--keyset", str(ks), "verify", "--json", minted["token"]).stdout)
+    assert out["valid"] is True
+    assert out["claims"]["st"] == [1]
+    assert out["claims"]["exp"] == minted["expires_at"]
+
+
+def test_state_from_a_file_and_from_stdin(ks: Path, tmp_path: Path) -> None:
+    state_file = tmp_path / "state.json"
+    state_file.write_text('{"from":"file"}')
+    token = mint(ks, "--state", f"@{state_file}")
+    assert run("--keyset", str(ks), "verify", token).stdout == '{"from":"file"}\n'
+    piped = run("--keyset", str(ks), "mint", "--state", "-", input='{"from":"stdin"}')
+    assert run("--keyset", str(ks), "verify", piped.stdout.strip()).stdout == '{"from":"stdin"}\n'
+
+
+def test_request_fingerprint_flags(ks: Path) -> None:
+    flags = ["--method", "tools/call", "--target", "deploy", "--arguments", '{"env":"prod"}']
+    token = mint(ks, *flags)
+    run("--keyset", str(ks), "verify", *flags, token)
+    wrong = run("--keyset", str(ks), "verify", *flags[:-1], '{"env":"dev"}', token, code=4)
+    assert wrong.stderr == "error: request mismatch\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--state", "{bad"], "--state is not valid JSON"),
+        (["--state", '{"a":1,"a":2}'], "duplicate member"),
+        (["--state", "@/nonexistent/state.json"], "cannot read state file"),
+        (["--ttl", "3601"], "ttl must be"),
+        (["--ttl", "0"], "0 is not in the range"),
+        (["--format", "zip"], "'zip' is not"),
+        (["--request-id", "r", "--method", "m"], "not both"),
+        (["--method", "tools/call"], "both --method and --target"),
+        (["--method", "m", "--target", "t", "--arguments", "NaN"], "--arguments is not valid"),
+    ],
+)
+def test_mint_usage_errors_exit_2(ks: Path, args: list[str], message: str) -> None:
+    result = run("--keyset", str(ks), "mint", *args, code=2)
+    assert message in result.stderr
+
+
+def test_every_rejection_reason_and_exit_code(ks: Path, tmp_path: Path) -> None:
+    keyset = ms.Keyset.load(ks)
+    now = time.time()
+    bound = mint(ks, "-p", "alice", "-r", "req-42", "-a", "fleet")
+    cases: list[tuple[list[str], str, int, str | re.Pattern[str]]] = [
+        (
+            [],
+            bound,
+            4,
+            "error: principal mismatch: the token is bound to a principal; give it to verify",
+        ),
+        (["-p", "bob", "-r", "req-42", "-a", "fleet"], bound, 4, "error: principal mismatch"),
+        (["-p", "alice", "-r", "req-1", "-a", "fleet"], bound, 4, "error: request mismatch"),
+        (["-p", "alice", "-r", "req-42", "-a", "other"], bound, 4, "error: audience mismatch"),
+        ([], ms.mint(keyset, "x", ttl=60, now=now - 102), 3, "error: expired 42 s ago"),
+        (
+            [],
+            ms.mint(keyset, "x", now=now + 3600),
+            3,
+            re.compile(
+                r"error: not yet valid: issued 3(599|600) s in the future, beyond the 60 s allowed "
+                "clock skew"
+            ),
+        ),
+        (
+            [],
+            ms.mint(ms.Keyset([ms.Key("1a2b3c4d", "A256GCM", bytes(32))]), "x"),
+            1,
+            "error: unknown key id 1a2b3c4d",
+        ),
+        (
+            [],
+            bound[:-3] + ("AAA" if bound[-3:] != "AAA" else "BAA"),
+            1,
+            "error: authentication tag mismatch (tampered, truncated or forged)",
+        ),
+        ([], "ms1.AAAAA", 1, "error: aead token body: base64url text has an impossible length"),
+        (
+            [],
+            bound + "=",
+            1,
+            "error: aead token body: base64url text holds a character outside A-Z a-z 0-9 - _",
+        ),
+        ([], "ms1.AAAA", 1, "error: aead token is truncated (3 bytes decoded)"),
+        ([], "nonsense", 1, "error: not a requestState token of any known format"),
+        ([], "ms1." + "A" * 9000, 1, "error: token is 9004 bytes, over the 8192-byte size cap"),
+        (
+            [],
+            "eyJhbGciOiJub25lIn0.e30.",
+            1,
+            "error: this looks like a jws token, a format this version cannot read",
+        ),
+    ]
+    for flags, token, code, message in cases:
+        result = run("--keyset", str(ks), "verify", *flags, token, code=code)
+        assert result.stdout == ""
+        pattern = message if isinstance(message, re.Pattern) else re.escape(message)
+        assert re.fullmatch(pattern, result.stderr.rstrip("\n")), (flags, token[:20])
+
+
+def test_verify_json_reports_the_error_code(ks: Path) -> None:
+    token = mint(ks, "-p", "alice")
+    result = run("--keyset", str(ks), "verify", "--json", "-p", "bob", token, code=4)
+    assert json.loads(result.stdout) == {
+        "valid": False,
+        "error": {"code": "principal_mismatch", "message": "principal mismatch"},
+    }
+    assert result.stderr == "error: principal mismatch\n"
+
+
+def test_verify_reads_one_token_per_line_from_stdin(ks: Path) -> None:
+    good = mint(ks, "--state", '"ok"')
+    bound = mint(ks, "-p", "alice")
+    lines = f"{good}\n\n{bound}\ngarbage\n{good}\n"
+    text = run("--keyset", str(ks), "verify", "-", input=lines, code=4)
+    assert text.stdout.splitlines() == [
+        '"ok"',
+        "rejected: principal mismatch: the token is bound to a principal; give it to verify",
+        "rejected: not a requestState token of any known format",
+        '"ok"',
+    ]
+    as_json = run("--keyset", str(ks), "verify", "--json", "-", input=lines, code=4)
+    results = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(r["line"], r["valid"]) for r in results] == [
+        (1, True),
+        (3, False),
+        (4, False),
+        (5, True),
+    ]
+    assert results[2]["error"]["code"] == "malformed"
+    assert run("--keyset", str(ks), "verify", "-", input=f"{good}\n").stdout == '"ok"\n'
+
+
+# --- keyset and config problems ------------------------------------------------------------
+
+
+def test_keyset_problems_exit_6_with_a_fix(ks: Path, tmp_path: Path) -> None:
+    missing = run("--keyset", str(tmp_path / "none.json"), "mint", code=6)
+    assert "mrtr-state keys init" in missing.stderr
+    ks.chmod(0o644)
+    loose = run("--keyset", str(ks), "mint", code=6)
+    assert loose.stderr == (
+        f"error: keyset {ks} is accessible by group or others (mode 0644); "
+        f"fix it with: chmod 600 {ks}\n"
+    )
+    ks.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(ks)
+    assert "symlink" in run("--keyset", str(link), "mint", code=6).stderr
+    ks.write_text('{"keys": [')
+    assert "is not valid JSON" in run("--keyset", str(ks), "keys", "list", code=6).stderr
+
+
+def test_keyset_from_environment_and_config(ks: Path, tmp_path: Path) -> None:
+    token = run("mint", env={"MRTR_STATE_KEYSET": str(ks)}).stdout.strip()
+    config = tmp_path / "c.toml"
+    config.write_text(f'keyset = "{ks.name}"\naudience = "fleet"\nttl = 30\n')
+    minted = json.loads(run("--config", str(config), "mint", "--json").stdout)
+    claims = json.loads(run("--config", str(config), "verify", "--json", minted["token"]).stdout)[
+        "claims"
+    ]
+    assert claims["aud"] == "fleet"
+    assert claims["exp"] - claims["iat"] == 30
+    # the configured audience is expected on verify too: an unbound token is refused
+    run("--config", str(config), "verify", token, code=4)
+    overridden = run(
+        "--config",
+        str(config),
+        "verify",
+        "--json",
+        "-a",
+        "fleet",
+        minted["token"],
+        env={"MRTR_STATE_AUDIENCE": "other"},
+    )
+    assert json.loads(overridden.stdout)["valid"] is True
+    run(
+        "--config",
+        str(config),
+        "verify",
+        minted["token"],
+        env={"MRTR_STATE_AUDIENCE": "other"},
+        code=4,
+    )
+
+
+def test_config_errors_exit_6(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("tll = 3\n")
+    result = run("--config", str(config), "keys", "list", code=6)
+    assert result.stderr.startswith(f"error: config file {config}: unknown setting tll")
+
+
+# --- inspect, seal, unseal -----------------------------------------------------------------
+
+
+def test_inspect_without_a_keyset_says_not_verified(
+    ks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = mint(ks, "--state", '"x"')
+    monkeypatch.chdir(tmp_path)  # no keys/keyset.json here
+    result = run("inspect", token)
+    assert "NOT VERIFIED" in result.stdout
+    assert "no keyset loaded" in result.stdout
+    assert "\x1b[" not in result.stdout  # not a terminal: no colour
+
+
+def test_inspect_with_the_keyset_verifies_and_shows_the_time_line(ks: Path) -> None:
+    token = mint(ks, "-p", "alice", "--ttl", "300", "--state", '{"step":2}')
+    text = run("--keyset", str(ks), "inspect", token).stdout
+    assert "result     VERIFIED" in text
+    assert "NOT VERIFIED" not in text
+    assert re.search(r"expires in 4m 5\ds|expires in 5m", text)
+    assert '"sub": "alice"' in text
+    assert 'state      {"step": 2}' in text
+    view = json.loads(run("--keyset", str(ks), "inspect", "--json", "-", input=token).stdout)
+    assert view["verified"] is True
+    assert view["format"] == "aead"
+    assert view["claims"]["st"] == {"step": 2}
+    assert view["key_status"] == "primary"
+
+
+def test_inspect_of_a_bad_token_and_an_explicit_missing_keyset(ks: Path, tmp_path: Path) -> None:
+    run("--keyset", str(ks), "inspect", "garbage", code=1)
+    token = mint(ks)
+    run("--keyset", str(tmp_path / "none.json"), "inspect", token, code=6)
+    expired = ms.mint(ms.Keyset.load(ks), "x", ttl=5, now=time.time() - 3600)
+    text = run("--keyset", str(ks), "inspect", expired).stdout
+    assert "NOT VERIFIED: expired" in text
+    assert "expired 59m" in text
+
+
+def test_seal_and_unseal(ks: Path) -> None:
+    sealed = run("--keyset", str(ks), "seal", input=b"\x00\x01raw bytes\xff").stdout.strip()
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--keyset", str(ks), "unseal", sealed], env=CLEAN_ENV)
+    assert result.exit_code == 0
+    assert result.stdout_bytes == b"\x00\x01raw bytes\xff"
+    assert (
+        run("--keyset", str(ks), "unseal", "-", input=sealed + "\n").stdout_bytes
+        == b"\x00\x01raw bytes\xff"
+    )
+    claims_token = mint(ks)
+    assert "use verify" in run("--keyset", str(ks), "unseal", claims_token, code=1).stderr
+    assert "use unseal" in run("--keyset", str(ks), "verify", sealed, code=1).stderr
+
+
+def test_unseal_of_nothing_on_stdin_is_a_usage_error(ks: Path) -> None:
+    run("--keyset", str(ks), "unseal", "-", input="", code=2)

@@ -1,0 +1,235 @@
+"""Keyset invariants and file storage: permissions, symlinks, corruption, atomicity, locking."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import mrtr_state as ms
+from mrtr_state._encoding import b64url_encode
+from mrtr_state.keyfile import keyset_lock
+
+from .conftest import NOW
+
+
+def jwk(
+    kid: str = "0a0b0c0d",
+    *,
+    alg: str = "A256GCM",
+    status: str = "primary",
+    secret: bytes = b"\x01" * 32,
+    **extra: object,
+) -> dict[str, object]:
+    return {
+        "kty": "oct",
+        "kid": kid,
+        "alg": alg,
+        "k": b64url_encode(secret),
+        "status": status,
+        **extra,
+    }
+
+
+def write_keyset(path: Path, document: object, mode: int = 0o600) -> Path:
+    path.write_text(json.dumps(document))
+    path.chmod(mode)
+    return path
+
+
+def test_generate_save_and_load_round_trip(tmp_path: Path) -> None:
+    keyset = ms.Keyset.generate(("A256GCM", "HS256"), now=NOW)
+    path = tmp_path / "keyset.json"
+    keyset.save(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    loaded = ms.Keyset.load(path)
+    assert [(k.kid, k.alg, k.secret, k.status, dict(k.since)) for k in loaded] == [
+        (k.kid, k.alg, k.secret, k.status, {"primary": NOW}) for k in keyset
+    ]
+    assert loaded.primary("A256GCM").alg == "A256GCM"
+
+
+def test_save_refuses_to_overwrite_unless_asked(keyset_path: Path) -> None:
+    before = keyset_path.read_bytes()
+    with pytest.raises(ms.KeysetExists, match="--force"):
+        ms.Keyset.generate().save(keyset_path)
+    assert keyset_path.read_bytes() == before
+    ms.Keyset.generate().save(keyset_path, overwrite=True)
+    assert keyset_path.read_bytes() != before
+
+
+def test_secrets_never_appear_in_repr_or_errors(keyset: ms.Keyset) -> None:
+    key = next(iter(keyset))
+    secret_text = b64url_encode(key.secret)
+    for shown in (repr(key), str(key), repr(keyset), str(key.describe())):
+        assert secret_text not in shown
+        assert key.secret.hex() not in shown
+        assert repr(key.secret) not in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "message"),
+    [
+        ("not-json", "{", "not valid JSON"),
+        ("not-a-set", {"kid": "x"}, '"keys" list'),
+        ("keys-not-list", {"keys": {}}, '"keys" list'),
+        ("key-not-object", {"keys": [1]}, "not a JSON object"),
+        ("duplicate-json-member", '{"keys":[],"keys":[]}', "duplicate"),
+        ("wrong-kty", {"keys": [jwk(kty="RSA")]}, "kty"),
+        ("bad-kid", {"keys": [jwk(kid="../../etc/passwd")]}, "8 lowercase hex"),
+        ("uppercase-kid", {"keys": [jwk(kid="0A0B0C0D")]}, "8 lowercase hex"),
+        ("unknown-alg", {"keys": [jwk(alg="HS512")]}, "unknown alg 'HS512'"),
+        ("short-key", {"keys": [jwk(secret=b"\x01" * 16)]}, "needs a 32-byte secret"),
+        ("long-key", {"keys": [jwk(secret=b"\x01" * 33)]}, "needs a 32-byte secret"),
+        ("padded-k", {"keys": [{**jwk(), "k": b64url_encode(b"\x01" * 32) + "="}]}, "canonical"),
+        ("unknown-status", {"keys": [jwk(status="spare")]}, "unknown status"),
+        ("unknown-member", {"keys": [jwk(use="sig")]}, "unknown members use"),
+        ("bad-since", {"keys": [jwk(since={"primary": "yesterday"})]}, "since"),
+        ("duplicate-kid", {"keys": [jwk(), jwk(alg="HS256")]}, "appears twice"),
+        ("two-primaries", {"keys": [jwk("00000001"), jwk("00000002")]}, "both primary"),
+    ],
+)
+def test_invalid_keysets_are_refused_with_a_fix(
+    tmp_path: Path, name: str, document: object, message: str
+) -> None:
+    path = tmp_path / "keyset.json"
+    if isinstance(document, str):
+        path.write_text(document)
+        path.chmod(0o600)
+    else:
+        write_keyset(path, document)
+    with pytest.raises(ms.KeysetInvalid, match=message) as caught:
+        ms.Keyset.load(path)
+    assert caught.value.exit_code == 6
+    assert b64url_encode(b"\x01" * 32) not in str(caught.value)
+
+
+def test_one_primary_per_algorithm_is_allowed(tmp_path: Path) -> None:
+    path = write_keyset(
+        tmp_path / "k.json",
+        {"keys": [jwk("00000001"), jwk("00000002", alg="HS256"), jwk("00000003", status="active")]},
+    )
+    keyset = ms.Keyset.load(path)
+    assert keyset.primary("A256GCM").kid == "00000001"
+    assert keyset.primary("HS256").kid == "00000002"
+    with pytest.raises(ms.NoPrimaryKey, match="no primary dir\\+A256GCM key"):
+        keyset.primary("dir+A256GCM")
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o666, 0o610])
+def test_group_or_world_access_is_refused(tmp_path: Path, mode: int) -> None:
+    path = write_keyset(tmp_path / "k.json", {"keys": [jwk()]}, mode=mode)
+    with pytest.raises(ms.KeysetPermissions, match=f"chmod 600 {path}"):
+        ms.Keyset.load(path)
+
+
+def test_a_symlinked_keyset_is_refused(tmp_path: Path) -> None:
+    real = write_keyset(tmp_path / "real.json", {"keys": [jwk()]})
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with pytest.raises(ms.KeysetPermissions, match="symlink"):
+        ms.Keyset.load(link)
+    with pytest.raises(ms.KeysetPermissions, match="symlink"):
+        ms.Keyset.generate().save(link, overwrite=True)
+    assert ms.Keyset.load(real).get("0a0b0c0d") is not None
+
+
+def test_a_folder_or_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ms.KeysetNotFound, match="keys init"):
+        ms.Keyset.load(tmp_path / "absent.json")
+    folder = tmp_path / "dir.json"
+    folder.mkdir(mode=0o700)
+    with pytest.raises(ms.KeysetPermissions, match="not a regular file"):
+        ms.Keyset.load(folder)
+
+
+def test_routing_refuses_unknown_retired_and_other_algorithm_keys(tmp_path: Path) -> None:
+    path = write_keyset(
+        tmp_path / "k.json",
+        {
+            "keys": [
+                jwk("00000001"),
+                jwk("00000002", status="retired"),
+                jwk("00000003", alg="HS256"),
+            ]
+        },
+    )
+    keyset = ms.Keyset.load(path)
+    assert keyset.verifying_key("00000001", "A256GCM").kid == "00000001"
+    with pytest.raises(ms.UnknownKey, match="unknown key id 00000009"):
+        keyset.verifying_key("00000009", "A256GCM")
+    with pytest.raises(ms.KeyRetired, match="retired"):
+        keyset.verifying_key("00000002", "A256GCM")
+    with pytest.raises(ms.WrongFormat, match="HS256"):
+        keyset.verifying_key("00000003", "A256GCM")
+
+
+def test_update_is_atomic_and_keeps_mode(keyset_path: Path) -> None:
+    def add_key(current: ms.Keyset) -> ms.Keyset:
+        new = ms.Key.generate("HS256", kid=current.fresh_kid(), now=NOW)
+        return current.with_keys([*current, new])
+
+    ms.Keyset.update(keyset_path, add_key)
+    assert len(ms.Keyset.load(keyset_path)) == 2
+    assert stat.S_IMODE(keyset_path.stat().st_mode) == 0o600
+    leftovers = [
+        p.name
+        for p in keyset_path.parent.iterdir()
+        if p.name not in ("keyset.json", "keyset.json.lock")
+    ]
+    assert leftovers == []
+
+
+def test_a_failed_change_leaves_the_file_untouched(keyset_path: Path) -> None:
+    before = keyset_path.read_bytes()
+
+    def break_it(current: ms.Keyset) -> ms.Keyset:
+        key = next(iter(current))
+        return current.with_keys([key, key])  # duplicate kid: refused
+
+    with pytest.raises(ms.KeysetInvalid):
+        ms.Keyset.update(keyset_path, break_it)
+    assert keyset_path.read_bytes() == before
+
+
+def test_the_lock_times_out_while_another_writer_holds_it(keyset_path: Path) -> None:
+    # flock locks belong to the open file, so a second open in this process contends too
+    with (
+        keyset_lock(keyset_path),
+        pytest.raises(ms.KeysetLocked, match="another process"),
+        keyset_lock(keyset_path, timeout=0.1),
+    ):
+        pass
+
+
+def _add_keys(path: str, count: int) -> None:
+    for _ in range(count):
+
+        def add(current: ms.Keyset) -> ms.Keyset:
+            return current.with_keys(
+                [*current, ms.Key.generate("A256GCM", kid=current.fresh_kid(), status="active")]
+            )
+
+        ms.Keyset.update(path, add)
+
+
+def test_concurrent_writers_lose_no_update(keyset_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_add_keys, args=(str(keyset_path), 10)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert len(ms.Keyset.load(keyset_path)) == 1 + 4 * 10
+
+
+def test_new_keyset_folders_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / "keyset.json"
+    ms.Keyset.generate().save(path)
+    assert stat.S_IMODE(path.parent.stat().st_mode) & 0o077 == 0
+    assert stat.S_IMODE(os.stat(str(path) + ".lock").st_mode) == 0o600
