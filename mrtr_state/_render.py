@@ -74,6 +74,7 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
     legend = "  ".join(
         click.style(label, fg=_SEGMENT_COLOURS[n % len(_SEGMENT_COLOURS)])
         for n, (label, _text) in enumerate(anatomy.segments)
+        if label != "."
     )
     lines.append(_row("", legend))
     for label, value in anatomy.fields:

@@ -21,8 +21,8 @@ from ._encoding import EncodingError, json_dumps, json_loads
 from .claims import request_id as make_request_id
 from .config import Settings, load_settings
 from .errors import InvalidToken, KeysetNotFound, MrtrStateError
-from .formats import FORMAT_NAMES
-from .keyset import ALGORITHMS, Keyset
+from .formats import FORMAT_NAMES, get_format
+from .keyset import ALGORITHMS, Key, Keyset
 from .tokens import inspect as inspect_token
 from .tokens import issue, seal, unseal, verify
 
@@ -211,7 +211,7 @@ def keys() -> None:
     "algs",
     multiple=True,
     type=click.Choice(list(ALGORITHMS)),
-    help="Algorithm of a primary key to create (repeatable) [default: A256GCM].",
+    help="Algorithm of a primary key to create (repeatable) [default: one of each].",
 )
 @click.option("--force", is_flag=True, help="Replace an existing keyset (its keys are lost).")
 @json_option
@@ -219,13 +219,15 @@ def keys() -> None:
 def keys_init(app: App, algs: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Create a new keyset file, mode 0600, with one primary key per algorithm.
 
+    By default one key for each format: A256GCM (aead), HS256 (jws) and dir+A256GCM (jwe).
+
     \b
-    Example:
+    Examples:
       mrtr-state keys init
       mrtr-state --keyset /etc/mcp/keyset.json keys init --alg A256GCM
     """
     settings = app.settings()
-    keyset = Keyset.generate(algs or ("A256GCM",))
+    keyset = Keyset.generate(algs or tuple(ALGORITHMS))
     keyset.save(settings.keyset_path, overwrite=force)
     if as_json:
         _emit_json(
@@ -235,6 +237,39 @@ def keys_init(app: App, algs: tuple[str, ...], force: bool, as_json: bool) -> No
     click.echo(f"created {settings.keyset_path} (mode 0600) with {len(keyset)} key(s):")
     for key in keyset:
         click.echo(f"  {key.kid}  {key.alg:<12} {key.format:<5} {key.status}")
+
+
+@keys.command("add")
+@click.option(
+    "--alg",
+    type=click.Choice(list(ALGORITHMS)),
+    help="Algorithm of the new key [default: that of the configured format].",
+)
+@json_option
+@pass_app
+def keys_add(app: App, alg: str | None, as_json: bool) -> None:
+    """Add a new key: primary if its algorithm has none, else pending (verify-only).
+
+    \b
+    Examples:
+      mrtr-state keys add --alg HS256
+      mrtr-state keys add --json | jq -r .kid
+    """
+    settings = app.settings()
+    chosen = alg or get_format(settings.format).alg
+    added: list[Key] = []
+
+    def add(current: Keyset) -> Keyset:
+        changed, key = current.with_new_key(chosen)
+        added.append(key)
+        return changed
+
+    Keyset.update(settings.keyset_path, add)
+    key = added[-1]
+    if as_json:
+        _emit_json({"keyset": str(settings.keyset_path), **key.describe()})
+    else:
+        click.echo(f"added {key.status} {key.alg} key {key.kid} to {settings.keyset_path}")
 
 
 @keys.command("list")

@@ -201,7 +201,7 @@ class Keyset:
         return changed
 
     @classmethod
-    def generate(cls, algs: Iterable[str] = ("A256GCM",), *, now: int | None = None) -> Keyset:
+    def generate(cls, algs: Iterable[str] = tuple(ALGORITHMS), *, now: int | None = None) -> Keyset:
         """A new keyset holding one fresh primary key per algorithm."""
         keys: list[Key] = []
         for alg in algs:
@@ -211,6 +211,16 @@ class Keyset:
     def fresh_kid(self) -> str:
         """A random key id that no key in this keyset uses."""
         return _fresh_kid(self._by_kid.keys())
+
+    def with_new_key(self, alg: str, *, now: int | None = None) -> tuple[Keyset, Key]:
+        """This keyset plus a fresh key of ``alg``: primary if ``alg`` has none, else pending.
+
+        A pending key verifies but does not mint, so it can be rolled out to every replica
+        before any token depends on it.
+        """
+        status = "pending" if alg in self._primary else "primary"
+        key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
+        return self.with_keys([*self._keys, key]), key
 
     def with_keys(self, keys: Iterable[Key]) -> Keyset:
         return Keyset(keys, source=self.source)

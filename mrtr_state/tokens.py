@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._encoding import EncodingError, json_bytes, json_loads
+from ._principal import expected_tag, principal_tag
 from .claims import Claims, check_binding, check_lifetime, new_claims, parse_claims
 from .errors import InvalidClaims, InvalidToken, MalformedToken, OversizedToken, WrongFormat
 from .formats import Anatomy, Format, detect_format, get_format
@@ -129,6 +130,10 @@ def issue(
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
     fmt = get_format(format)
     key = keyset.primary(fmt.alg)
+    if principal is not None and not fmt.confidential:
+        if not isinstance(principal, str) or not principal:
+            raise ValueError("principal must be a non-empty string or None")
+        principal = principal_tag(key.secret, principal)
     claims = new_claims(
         state,
         now=int(_now(now)),
@@ -188,9 +193,11 @@ def verify(
     State the same principal, request id and audience the token was minted with: a mismatch in
     either direction (a value the token lacks, or a bound value not stated) is refused.
     """
-    _fmt, _key, plaintext = _open(keyset, token, format, policy)
+    fmt, key, plaintext = _open(keyset, token, format, policy)
     claims = _claims_from(plaintext)
     check_lifetime(claims, _now(now), policy)
+    if principal is not None and claims.sub is not None and not fmt.confidential:
+        principal = expected_tag(key.secret, claims.sub, principal)
     check_binding(claims, sub=principal, aud=audience, rid=request_id)
     return claims
 
@@ -276,55 +283,39 @@ def inspect(
     text = _text(token, policy)
     fmt = get_format(detect_format(text))
     anatomy = fmt.anatomy(text)
-    if keyset is None:
-        return Inspection(
-            anatomy=anatomy,
-            verified=False,
-            claims=_readable_claims(anatomy),
-            notes=("no keyset: nothing was verified",),
+    notes: list[str] = []
+    if not anatomy.confidential:
+        notes.append(
+            "the payload is readable by anyone holding the token; its sub is a salted keyed "
+            "tag of the principal, never the principal itself"
         )
+    claims_view = _readable_claims(anatomy)
+    if keyset is None:
+        notes.insert(0, "no keyset: nothing was verified")
+        return Inspection(anatomy=anatomy, verified=False, claims=claims_view, notes=tuple(notes))
     key = keyset.get(anatomy.kid)
-    status = "unknown" if key is None else key.status
+    sealed_bytes: int | None = None
+    problem: InvalidToken | None = None
     try:
         _key, plaintext = fmt.open(keyset, text)
+        if plaintext[:1] == _SEALED:
+            sealed_bytes = len(plaintext) - 1
+            notes.append("sealed payload: no claims, no expiry, no binding")
+        else:
+            claims = _claims_from(plaintext)
+            claims_view = claims.to_dict()
+            notes.append("bindings (principal, request, audience) were not checked")
+            check_lifetime(claims, _now(now), policy)
     except InvalidToken as err:
-        return Inspection(
-            anatomy=anatomy,
-            verified=False,
-            key_status=status,
-            claims=_readable_claims(anatomy),
-            problem=err,
-        )
-    if plaintext[:1] == _SEALED:
-        return Inspection(
-            anatomy=anatomy,
-            verified=True,
-            key_status=status,
-            sealed_bytes=len(plaintext) - 1,
-            notes=("sealed payload: no claims, no expiry, no binding",),
-        )
-    binding_note = "bindings (principal, request, audience) were not checked"
-    try:
-        claims = _claims_from(plaintext)
-    except InvalidToken as err:
-        return Inspection(anatomy=anatomy, verified=False, key_status=status, problem=err)
-    try:
-        check_lifetime(claims, _now(now), policy)
-    except InvalidToken as err:
-        return Inspection(
-            anatomy=anatomy,
-            verified=False,
-            key_status=status,
-            claims=claims.to_dict(),
-            problem=err,
-            notes=(binding_note,),
-        )
+        problem = err
     return Inspection(
         anatomy=anatomy,
-        verified=True,
-        key_status=status,
-        claims=claims.to_dict(),
-        notes=(binding_note,),
+        verified=problem is None,
+        key_status="unknown" if key is None else key.status,
+        claims=claims_view,
+        sealed_bytes=sealed_bytes,
+        problem=problem,
+        notes=tuple(notes),
     )
 
 

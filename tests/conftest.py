@@ -14,7 +14,7 @@ VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
 
 @pytest.fixture
 def keyset() -> ms.Keyset:
-    return ms.Keyset.generate(("A256GCM",), now=NOW - 3600)
+    return ms.Keyset.generate(now=NOW - 3600)
 
 
 @pytest.fixture
@@ -30,3 +30,14 @@ def shared_vector(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared test vectors not found at {path} (a user's checkout has none)")
     return path
+
+
+#: Lines that vector-driven tests report, printed in the terminal summary of every run.
+VECTOR_REPORT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if VECTOR_REPORT:
+        terminalreporter.section("test vectors run")
+        for line in VECTOR_REPORT:
+            terminalreporter.write_line(line)

@@ -89,8 +89,8 @@ def test_keys_init_creates_a_private_keyset_and_refuses_to_overwrite(tmp_path: P
     path = tmp_path / "sub" / "keyset.json"
     result = run("--keyset", str(path), "keys", "init", "--json")
     described = json.loads(result.stdout)
-    assert [k["alg"] for k in described["keys"]] == ["A256GCM"]
-    assert described["keys"][0]["status"] == "primary"
+    assert [k["alg"] for k in described["keys"]] == ["A256GCM", "HS256", "dir+A256GCM"]
+    assert {k["status"] for k in described["keys"]} == {"primary"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     before = path.read_bytes()
     again = run("--keyset", str(path), "keys", "init", code=6)
@@ -226,8 +226,10 @@ def test_every_rejection_reason_and_exit_code(ks: Path, tmp_path: Path) -> None:
             [],
             "eyJhbGciOiJub25lIn0.e30.",
             1,
-            "error: this looks like a jws token, a format this version cannot read",
+            "error: jws header alg 'none' is not accepted (only HS256)",
         ),
+        (["--format", "jws"], bound, 1, "error: expected a jws token, got aead"),
+        (["--format", "jwe"], bound, 1, "error: expected a jwe token, got aead"),
     ]
     for flags, token, code, message in cases:
         result = run("--keyset", str(ks), "verify", *flags, token, code=code)

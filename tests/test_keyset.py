@@ -170,11 +170,13 @@ def test_routing_refuses_unknown_retired_and_other_algorithm_keys(tmp_path: Path
 
 def test_update_is_atomic_and_keeps_mode(keyset_path: Path) -> None:
     def add_key(current: ms.Keyset) -> ms.Keyset:
-        new = ms.Key.generate("HS256", kid=current.fresh_kid(), now=NOW)
-        return current.with_keys([*current, new])
+        return current.with_new_key("HS256", now=NOW)[0]
 
+    before = len(ms.Keyset.load(keyset_path))
     ms.Keyset.update(keyset_path, add_key)
-    assert len(ms.Keyset.load(keyset_path)) == 2
+    after = ms.Keyset.load(keyset_path)
+    assert len(after) == before + 1
+    assert [k.status for k in after if k.alg == "HS256"] == ["primary", "pending"]
     assert stat.S_IMODE(keyset_path.stat().st_mode) == 0o600
     leftovers = [
         p.name
@@ -225,7 +227,7 @@ def test_concurrent_writers_lose_no_update(keyset_path: Path) -> None:
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    assert len(ms.Keyset.load(keyset_path)) == 1 + 4 * 10
+    assert len(ms.Keyset.load(keyset_path)) == 3 + 4 * 10
 
 
 def test_new_keyset_folders_are_private(tmp_path: Path) -> None:

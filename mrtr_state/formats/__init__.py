@@ -59,7 +59,7 @@ class Format(Protocol):
         ...
 
 
-_MODULES = {"aead": "aead"}
+_MODULES = {"aead": "aead", "jws": "jws", "jwe": "jwe"}
 FORMAT_NAMES = tuple(_MODULES)
 _loaded: dict[str, Format] = {}
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from .._encoding import EncodingError, b64url_decode, b64url_encode
-from ..errors import BadSignature, MalformedToken, WrongFormat
+from ..errors import MalformedToken, WrongFormat
 from . import Anatomy
+from ._primitives import AESGCM, gcm_open
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
@@ -57,12 +55,7 @@ class AeadFormat:
         key_id = raw[:4]
         key = keyset.verifying_key(key_id.hex(), self.alg)
         cipher = key.prepared(self.alg, AESGCM)
-        try:
-            plaintext = cipher.decrypt(raw[4:_HEADER], raw[_HEADER:], _PREFIX_BYTES + key_id)
-        except InvalidTag:
-            raise BadSignature(
-                "authentication tag mismatch (tampered, truncated or forged)"
-            ) from None
+        plaintext = gcm_open(cipher, raw[4:_HEADER], raw[_HEADER:], _PREFIX_BYTES + key_id)
         return key, plaintext
 
     def anatomy(self, token: str) -> Anatomy:

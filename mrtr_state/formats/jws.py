@@ -1,0 +1,77 @@
+"""``jws``: HMAC-signed base64url JSON, a JWS in compact serialisation (RFC 7515) with HS256.
+
+    b64url({"alg":"HS256","kid":KID,"typ":"mrtr-state+jwt"}) . b64url(payload) . b64url(HMAC)
+
+Any JWT library holding the key can verify it, and anyone can read the payload: so the tokens
+layer never writes the principal here in clear, only a salted keyed tag of it. The verifier never
+reads ``alg`` to choose an algorithm; it accepts only the exact header it would have written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._encoding import b64url_encode
+from ..errors import BadSignature, MalformedToken, WrongFormat
+from . import Anatomy, detect_format
+from ._jose import ExactHeader, decode_segment, split_compact
+from ._primitives import hmac_sha256, mac_matches
+
+if TYPE_CHECKING:
+    from ..keyset import Key, Keyset
+
+HEADER = ExactHeader("jws", (("alg", "HS256"),))
+
+
+class JwsFormat:
+    name = "jws"
+    alg = "HS256"
+    confidential = False
+
+    def seal(self, key: Key, plaintext: bytes) -> str:
+        header = key.prepared("jws-header", lambda _secret: HEADER.encode(key.kid))
+        signing_input = header + "." + b64url_encode(plaintext)
+        return signing_input + "." + b64url_encode(hmac_sha256(key.secret, signing_input.encode()))
+
+    def _segments(self, token: str) -> tuple[str, str, str, str]:
+        if detect_format(token) != self.name:
+            raise WrongFormat(f"not a jws token (it looks like {detect_format(token)})")
+        header, payload, signature = split_compact(token, 3, "jws")
+        return header, payload, signature, HEADER.kid_of(header)
+
+    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
+        header, payload, signature, kid = self._segments(token)
+        key = keyset.verifying_key(kid, self.alg)
+        mac = decode_segment(signature, "jws signature")
+        if len(mac) != 32:
+            raise MalformedToken(f"jws signature is {len(mac)} bytes, HS256 makes 32")
+        if not mac_matches(key.secret, f"{header}.{payload}".encode("ascii"), mac):
+            raise BadSignature("signature mismatch (tampered, truncated or forged)")
+        return key, decode_segment(payload, "jws payload")
+
+    def anatomy(self, token: str) -> Anatomy:
+        header, payload, signature, kid = self._segments(token)
+        readable = decode_segment(payload, "jws payload")
+        mac = decode_segment(signature, "jws signature")
+        return Anatomy(
+            format=self.name,
+            kid=kid,
+            segments=(
+                ("header", header),
+                (".", "."),
+                ("payload", payload),
+                (".", "."),
+                ("signature", signature),
+            ),
+            fields=(
+                ("key id", kid),
+                ("payload", f"{len(readable)} bytes, readable by anyone"),
+                ("signature", f"HMAC-SHA256, {len(mac)} bytes"),
+            ),
+            confidential=False,
+            header={"alg": "HS256", "kid": kid, "typ": "mrtr-state+jwt"},
+            readable=readable,
+        )
+
+
+FORMAT = JwsFormat()

@@ -1,0 +1,283 @@
+"""The library contract, run over every format: the same promises, whatever the wire looks like."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mrtr_state as ms
+from mrtr_state._encoding import b64url_encode
+from mrtr_state.formats import FORMAT_NAMES, get_format
+from mrtr_state.keyset import ALGORITHMS
+
+from .conftest import NOW
+from .test_encoding import json_values
+
+BOUND: dict[str, Any] = {"principal": "alice", "request_id": "req-42", "audience": "fleet"}
+FIXTURE_CHECKS = [HealthCheck.function_scoped_fixture]
+
+
+@pytest.fixture(params=FORMAT_NAMES)
+def fmt(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def forge(keyset: ms.Keyset, plaintext: bytes | str, fmt: str) -> str:
+    """A token with a valid tag or MAC around arbitrary plaintext: the test holds the key."""
+    data = plaintext.encode() if isinstance(plaintext, str) else plaintext
+    format_ = get_format(fmt)
+    return format_.seal(keyset.primary(format_.alg), data)
+
+
+def claims_json(**overrides: Any) -> str:
+    claims: dict[str, Any] = {"iat": NOW, "exp": NOW + 300, "jti": "j", "st": None}
+    claims.update(overrides)
+    return json.dumps({k: v for k, v in claims.items() if v is not ...}, separators=(",", ":"))
+
+
+def mutations(token: str) -> list[str]:
+    """The token with each character in turn replaced by another base64url character."""
+    swaps = {c: ("B" if c == "A" else "A") for c in token}
+    swaps["."] = "_"
+    return [token[:i] + swaps[token[i]] + token[i + 1 :] for i in range(len(token))]
+
+
+def test_mint_and_verify_round_trip(keyset: ms.Keyset, fmt: str) -> None:
+    minted = ms.issue(keyset, {"step": 2}, ttl=60, now=NOW, format=fmt, **BOUND)
+    assert ms.inspect(minted.token).format == fmt == minted.format
+    assert minted.kid == keyset.primary(get_format(fmt).alg).kid
+    claims = ms.verify(keyset, minted.token, now=NOW + 59, **BOUND)
+    assert claims.state == {"step": 2}
+    assert (claims.rid, claims.aud, claims.iat, claims.exp) == ("req-42", "fleet", NOW, NOW + 60)
+    assert claims.sub == "alice" if get_format(fmt).confidential else claims.sub != "alice"
+
+
+@settings(max_examples=60, suppress_health_check=FIXTURE_CHECKS)
+@given(state=json_values)
+def test_any_json_state_round_trips(keyset: ms.Keyset, fmt: str, state: Any) -> None:
+    try:
+        token = ms.mint(keyset, state, now=NOW, format=fmt, **BOUND)
+    except ValueError:
+        return  # refused at mint (lone surrogate): never a token we could not read back
+    assert ms.verify(keyset, token, now=NOW, format=fmt, **BOUND).state == state
+
+
+def test_a_changed_character_anywhere_is_refused(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, {"k": "v"}, now=NOW, format=fmt, **BOUND)
+    for mutated in mutations(token):
+        with pytest.raises(ms.InvalidToken) as caught:
+            ms.verify(keyset, mutated, now=NOW, **BOUND)
+        assert caught.value.exit_code == 1
+
+
+@settings(max_examples=100, suppress_health_check=FIXTURE_CHECKS)
+@given(position=st.integers(min_value=0), replacement=st.characters(codec="ascii"))
+def test_any_single_substitution_is_refused(
+    keyset: ms.Keyset, fmt: str, position: int, replacement: str
+) -> None:
+    token = ms.mint(keyset, "x", now=NOW, format=fmt)
+    position %= len(token)
+    mutated = token[:position] + replacement + token[position + 1 :]
+    if mutated != token:
+        with pytest.raises(ms.InvalidToken):
+            ms.verify(keyset, mutated, now=NOW)
+
+
+def test_truncated_and_extended_tokens_are_refused(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, "x", now=NOW, format=fmt)
+    for cut in range(len(token)):
+        with pytest.raises(ms.InvalidToken):
+            ms.verify(keyset, token[:cut], now=NOW)
+    for extra in ("A", "AA", "AAAA", "=", ".", ".A", " ", "\n"):
+        with pytest.raises(ms.InvalidToken):
+            ms.verify(keyset, token + extra, now=NOW)
+
+
+def test_expiry_and_skew(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, "x", ttl=60, now=NOW, format=fmt)
+    ms.verify(keyset, token, now=NOW + 59.999)
+    ms.verify(keyset, token, now=NOW - 60)
+    with pytest.raises(ms.ExpiredToken, match="expired 0 s ago"):
+        ms.verify(keyset, token, now=NOW + 60)
+    with pytest.raises(ms.ExpiredToken, match="expired 42 s ago"):
+        ms.verify(keyset, token, now=NOW + 102)
+    with pytest.raises(ms.NotYetValid, match="61 s in the future"):
+        ms.verify(keyset, token, now=NOW - 61)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"principal": "mallory"}, ms.PrincipalMismatch),
+        ({"principal": None}, ms.PrincipalMismatch),
+        ({"request_id": "req-43"}, ms.RequestMismatch),
+        ({"request_id": None}, ms.RequestMismatch),
+        ({"audience": "other-fleet"}, ms.AudienceMismatch),
+        ({"audience": None}, ms.AudienceMismatch),
+    ],
+)
+def test_binding_mismatch_in_either_direction(
+    keyset: ms.Keyset, fmt: str, change: dict[str, Any], error: type[ms.BindingMismatch]
+) -> None:
+    bound = ms.mint(keyset, "x", now=NOW, format=fmt, **BOUND)
+    with pytest.raises(error) as caught:
+        ms.verify(keyset, bound, now=NOW, **{**BOUND, **change})
+    assert caught.value.exit_code == 4
+    # and the reverse: a token minted without the binding, verified by someone who states it
+    unbound = ms.mint(keyset, "x", now=NOW, format=fmt, **{**BOUND, **dict.fromkeys(change)})
+    with pytest.raises(error, match="not bound"):
+        ms.verify(keyset, unbound, now=NOW, **BOUND)
+
+
+def test_unknown_and_retired_keys_are_refused(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, "x", now=NOW, format=fmt)
+    key = keyset.primary(get_format(fmt).alg)
+    with pytest.raises(ms.UnknownKey, match=f"^unknown key id {key.kid}$"):
+        ms.verify(ms.Keyset.generate(), token, now=NOW)
+    with pytest.raises(ms.KeyRetired):
+        ms.verify(keyset.replace_key(key, status="retired"), token, now=NOW)
+    for status in ("pending", "active"):
+        assert ms.verify(keyset.replace_key(key, status=status), token, now=NOW).state == "x"
+
+
+def test_a_key_of_another_algorithm_under_the_same_kid_is_refused(
+    keyset: ms.Keyset, fmt: str
+) -> None:
+    token = ms.mint(keyset, "x", now=NOW, format=fmt)
+    key = keyset.primary(get_format(fmt).alg)
+    other_alg = next(alg for alg in ALGORITHMS if alg != key.alg)
+    impostor = ms.Keyset([ms.Key(key.kid, other_alg, key.secret)])
+    with pytest.raises(ms.WrongFormat, match=f"key {key.kid} is a {other_alg} key"):
+        ms.verify(impostor, token, now=NOW)
+
+
+def test_oversized_input_is_refused_before_decoding(keyset: ms.Keyset, fmt: str) -> None:
+    with pytest.raises(ValueError, match="over the 200-byte size cap"):
+        ms.mint(keyset, "x" * 200, now=NOW, format=fmt, policy=ms.Policy(max_size=200))
+    token = ms.mint(keyset, "x" * 200, now=NOW, format=fmt)
+    with pytest.raises(ms.OversizedToken):
+        ms.verify(keyset, token, now=NOW, policy=ms.Policy(max_size=200))
+
+
+@pytest.mark.parametrize(
+    ("name", "plaintext", "message"),
+    [
+        (
+            "duplicate-exp",
+            '{"iat":1800000000,"exp":1800000300,"exp":1900000000,"jti":"j","st":1}',
+            "duplicate member 'exp'",
+        ),
+        ("nan-exp", claims_json(exp=float("nan")), "NaN"),
+        ("infinity-exp", claims_json(exp=float("inf")), "Infinity"),
+        ("overflow-exp", claims_json(exp=1).replace('"exp":1', '"exp":1e400'), "overflows"),
+        ("float-exp", claims_json(exp=1800000300.5), "whole number"),
+        ("bool-exp", claims_json(exp=True), "whole number"),
+        ("string-exp", claims_json(exp="1800000300"), "whole number"),
+        ("bool-iat", claims_json(iat=False), "whole number"),
+        ("negative-iat", claims_json(iat=-1), "whole number"),
+        ("huge-exp", claims_json(exp=2**60), "whole number"),
+        ("5000-digits", claims_json(exp=1).replace('"exp":1', '"exp":' + "9" * 5000), "digits"),
+        ("missing-exp", claims_json(exp=...), "lack exp"),
+        ("missing-iat", claims_json(iat=...), "lack iat"),
+        ("missing-jti", claims_json(jti=...), "lack jti"),
+        ("missing-state", claims_json(st=...), "lack st"),
+        ("unknown-claim", claims_json(admin=True), "unknown members admin"),
+        ("empty-sub", claims_json(sub=""), "claim sub"),
+        ("number-sub", claims_json(sub=7), "claim sub"),
+        ("null-aud", claims_json(aud=None), "claim aud"),
+        ("exp-before-iat", claims_json(exp=NOW - 1), "lifetime"),
+        ("lifetime-over-cap", claims_json(exp=NOW + 3601), "ttl cap"),
+        ("not-an-object", "[1,2]", "JSON object"),
+        (
+            "deep-state",
+            claims_json(st=1).replace('"st":1', '"st":' + "[" * 40 + "]" * 40),
+            "deeper",
+        ),
+        ("not-utf8", b'{"iat":1,"exp":2,"jti":"\xff","st":1}', "UTF-8"),
+    ],
+)
+def test_authentic_tokens_with_hostile_claims_are_refused(
+    keyset: ms.Keyset, fmt: str, name: str, plaintext: str | bytes, message: str
+) -> None:
+    token = forge(keyset, plaintext, fmt)
+    with pytest.raises(ms.InvalidClaims, match=message) as caught:
+        ms.verify(keyset, token, now=NOW)
+    assert caught.value.exit_code == 1
+
+
+def test_the_forging_helper_makes_acceptable_tokens(keyset: ms.Keyset, fmt: str) -> None:
+    # The control for the table above: without the hostile change, the forged token passes.
+    assert ms.verify(keyset, forge(keyset, claims_json(st=5), fmt), now=NOW).state == 5
+
+
+def test_cross_format_confusion_is_wrong_format(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, "x", now=NOW, format=fmt)
+    for other in FORMAT_NAMES:
+        if other == fmt:
+            continue
+        with pytest.raises(ms.WrongFormat, match=f"expected a {other} token, got {fmt}"):
+            ms.verify(keyset, token, now=NOW, format=other)
+        with pytest.raises(ms.WrongFormat, match=f"not an? {other} token"):
+            get_format(other).open(keyset, token)
+
+
+@settings(max_examples=40, suppress_health_check=FIXTURE_CHECKS)
+@given(payload=st.binary(max_size=512))
+def test_seal_unseal_round_trip(keyset: ms.Keyset, fmt: str, payload: bytes) -> None:
+    assert ms.unseal(keyset, ms.seal(keyset, payload, format=fmt)) == payload
+
+
+def test_sealed_payloads_and_claims_never_pass_for_each_other(keyset: ms.Keyset, fmt: str) -> None:
+    sealed = ms.seal(keyset, claims_json(st="looks like claims").encode(), format=fmt)
+    with pytest.raises(ms.WrongFormat, match="use unseal"):
+        ms.verify(keyset, sealed, now=NOW)
+    with pytest.raises(ms.WrongFormat, match="use verify"):
+        ms.unseal(keyset, ms.mint(keyset, "x", now=NOW, format=fmt))
+    for mutated in mutations(sealed):
+        with pytest.raises(ms.InvalidToken):
+            ms.unseal(keyset, mutated)
+
+
+def test_inspect_without_a_keyset_verifies_nothing(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, {"a": 1}, now=NOW, format=fmt, principal="alice")
+    view = ms.inspect(token)
+    kid = keyset.primary(get_format(fmt).alg).kid
+    assert (view.format, view.kid, view.verified, view.key_status) == (fmt, kid, False, None)
+    assert "".join(text for _label, text in view.anatomy.segments) == token
+    assert view.to_dict()["verified"] is False
+    if get_format(fmt).confidential:
+        assert view.claims is None
+    else:  # readable, but the principal only as a keyed tag
+        assert view.claims is not None
+        assert view.claims["st"] == {"a": 1}
+        assert view.claims["sub"].startswith("h1.")
+        assert "alice" not in json.dumps(view.to_dict())
+        assert any("never the principal" in note for note in view.notes)
+
+
+def test_inspect_with_the_keyset_verifies(keyset: ms.Keyset, fmt: str) -> None:
+    token = ms.mint(keyset, {"a": 1}, now=NOW, ttl=10, format=fmt)
+    view = ms.inspect(token, keyset=keyset, now=NOW)
+    assert view.verified
+    assert view.key_status == "primary"
+    assert view.problem is None
+    assert view.claims is not None
+    assert view.claims["st"] == {"a": 1}
+    assert any("not checked" in note for note in view.notes)
+    secret = b64url_encode(keyset.primary(get_format(fmt).alg).secret)
+    assert secret not in json.dumps(view.to_dict())
+    expired = ms.inspect(token, keyset=keyset, now=NOW + 10)
+    assert not expired.verified
+    assert isinstance(expired.problem, ms.ExpiredToken)
+    assert expired.claims is not None
+    unknown = ms.inspect(token, keyset=ms.Keyset.generate(), now=NOW)
+    assert unknown.key_status == "unknown"
+    assert isinstance(unknown.problem, ms.UnknownKey)
+    sealed = ms.inspect(ms.seal(keyset, b"abc", format=fmt), keyset=keyset)
+    assert sealed.verified
+    assert sealed.sealed_bytes == 3
