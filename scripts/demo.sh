@@ -8,7 +8,7 @@ show() { printf '$ %s\n' "$*"; "$@"; }
 if [ -f keys/keyset.json ]; then
   step "Using the existing keyset keys/keyset.json"
 else
-  step "No keyset yet: create keys/keyset.json (mode 0600, one primary aead key)"
+  step "No keyset yet: create keys/keyset.json (mode 0600, one primary key per format)"
   show mrtr-state keys init
 fi
 
@@ -45,6 +45,14 @@ echo "exit code $code"
 step "Inspect it: anatomy, claims and time line (decrypted because the keyset is at hand)"
 printf '$ mrtr-state inspect "$TOKEN"\n'
 mrtr-state inspect "$TOKEN"
+
+step "The same state as a JWS (signed, readable: the principal only as a keyed tag) and a JWE"
+for fmt in jws jwe; do
+  T=$(mrtr-state mint --format "$fmt" --principal alice --request-id req-42 --state '{"step":2}')
+  printf '%s token: %s...\n' "$fmt" "${T:0:72}"
+  printf '$ mrtr-state verify --principal alice --request-id req-42 "$%s_TOKEN"\n' "$fmt"
+  mrtr-state verify --principal alice --request-id req-42 "$T"
+done
 
 step "The same as JSON, for scripts"
 printf '$ mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"\n'

@@ -387,3 +387,55 @@ def test_seal_and_unseal(ks: Path) -> None:
 
 def test_unseal_of_nothing_on_stdin_is_a_usage_error(ks: Path) -> None:
     run("--keyset", str(ks), "unseal", "-", input="", code=2)
+
+
+# --- every format through the CLI ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["aead", "jws", "jwe"])
+def test_each_format_mints_verifies_inspects_and_seals(ks: Path, fmt: str) -> None:
+    token = mint(ks, "--format", fmt, "-p", "alice", "--state", '{"f":1}')
+    assert run("--keyset", str(ks), "verify", "-p", "alice", token).stdout == '{"f":1}\n'
+    assert run("--keyset", str(ks), "verify", "-p", "bob", token, code=4).stderr == (
+        "error: principal mismatch\n"
+    )
+    view = json.loads(run("--keyset", str(ks), "inspect", "--json", token).stdout)
+    assert (view["format"], view["verified"]) == (fmt, True)
+    other = "jws" if fmt != "jws" else "aead"
+    wrong = run("--keyset", str(ks), "verify", "--format", other, "-p", "alice", token, code=1)
+    assert wrong.stderr == f"error: expected a {other} token, got {fmt}\n"
+    sealed = run("--keyset", str(ks), "seal", "--format", fmt, input=b"bytes").stdout.strip()
+    assert run("--keyset", str(ks), "unseal", sealed).stdout_bytes == b"bytes"
+
+
+def test_format_from_config(ks: Path, tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'keyset = "{ks.name}"\nformat = "jwe"\n')
+    minted = json.loads(run("--config", str(config), "mint", "--json").stdout)
+    assert minted["format"] == "jwe"
+    assert minted["token"].count(".") == 4
+
+
+def test_keys_add_makes_a_primary_only_when_none_exists(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init", "--alg", "A256GCM")
+    first = json.loads(run("--keyset", str(path), "keys", "add", "--alg", "HS256", "--json").stdout)
+    assert (first["alg"], first["status"]) == ("HS256", "primary")
+    second = run("--keyset", str(path), "keys", "add", "--alg", "HS256").stdout
+    assert re.fullmatch(
+        rf"added pending HS256 key [0-9a-f]{{8}} to {re.escape(str(path))}\n", second
+    )
+    default = json.loads(run("--keyset", str(path), "keys", "add", "--json").stdout)
+    assert (default["alg"], default["status"]) == ("A256GCM", "pending")
+    statuses = [
+        (k["alg"], k["status"])
+        for k in json.loads(run("--keyset", str(path), "keys", "list", "--json").stdout)["keys"]
+    ]
+    assert statuses == [
+        ("A256GCM", "primary"),
+        ("HS256", "primary"),
+        ("HS256", "pending"),
+        ("A256GCM", "pending"),
+    ]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    run("--keyset", str(tmp_path / "none.json"), "keys", "add", code=6)
