@@ -9,31 +9,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
 
+from .durations import format_duration
 from .keyset import Key
 from .tokens import Inspection
 
 _SEGMENT_COLOURS = ("bright_black", "cyan", "yellow", "magenta", "green", "blue")
-
-
-def duration(seconds: float) -> str:
-    """``4m 12s``, ``3h 5m``, ``2d 4h``: two units at most, as people read clocks."""
-    whole = int(abs(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-    parts = []
-    for name, size in units:
-        if whole >= size:
-            parts.append(f"{whole // size}{name}")
-            whole %= size
-        if len(parts) == 2 or (parts and whole == 0):
-            break
-    return " ".join(parts)
 
 
 def timestamp(at: float, now: float) -> str:
@@ -106,26 +91,24 @@ def _time_line(claims: dict[str, Any], now: float) -> list[str]:
     if type(iat) is not int or type(exp) is not int:
         return []
     if now < exp:
-        left = click.style(f"expires in {duration(exp - now)}", fg="green")
+        left = click.style(f"expires in {format_duration(exp - now)}", fg="green")
     else:
-        left = click.style(f"expired {duration(now - exp)} ago", fg="red")
+        left = click.style(f"expired {format_duration(now - exp)} ago", fg="red")
     return [
         _row("issued", timestamp(iat, now)),
-        _row("expires", f"{timestamp(exp, now)} ({left}, lifetime {duration(exp - iat)})"),
+        _row("expires", f"{timestamp(exp, now)} ({left}, lifetime {format_duration(exp - iat)})"),
     ]
 
 
-def key_table(keys: Iterable[Key], *, now: float) -> str:
-    """One line per key: id, algorithm, format, status and how long it has held it."""
-    rows = [("KID", "ALG", "FORMAT", "STATUS", "SINCE")]
+def key_table(keys: Iterable[Key], *, now: float, timeline: Callable[[Key], str]) -> str:
+    """One line per key: id, algorithm, format, status, age in that status, and what is next."""
+    rows = [("KID", "ALG", "FORMAT", "STATUS", "SINCE", "LIFECYCLE")]
     for key in keys:
         entered = key.since.get(key.status)
-        since = (
-            "-" if entered is None else f"{duration(now - entered)} ago ({timestamp(entered, now)})"
-        )
-        rows.append((key.kid, key.alg, key.format, key.status, since))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        since = "-" if entered is None else timestamp(entered, now)
+        rows.append((key.kid, key.alg, key.format, key.status, since, timeline(key)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
         for row in rows
     )

@@ -11,6 +11,12 @@ to the file, so a config works the same from any working folder.
     ttl_cap = 3600
     audience = "https://mcp.example.com"
     max_size = 8192
+    propagation = "1h"     # how long a new key stays pending before rotate promotes it
+    retention = "61m"      # default: ttl_cap + 60 s of clock skew
+
+A keyset may also come inline from ``MRTR_STATE_KEYSET_JSON`` (containers that get secrets through
+the environment). It beats a keyset path from the environment or the file, not ``--keyset``, and
+it is read-only: commands that write keys refuse it.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .durations import parse_duration
 from .errors import ConfigError
 from .formats import FORMAT_NAMES
+from .lifecycle import DEFAULT_PROPAGATION, default_retention
 from .policy import DEFAULT_POLICY, Policy
 
 __all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
@@ -31,7 +39,9 @@ __all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
 DEFAULT_KEYSET = Path("keys/keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("ttl", "ttl_cap", "max_size")
-_KNOWN = frozenset({"keyset", "format", "audience", *_INTEGERS})
+_DURATIONS = ("propagation", "retention")
+_KNOWN = frozenset({"keyset", "format", "audience", *_INTEGERS, *_DURATIONS})
+KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
 ENV_PREFIX = "MRTR_STATE_"
 
 
@@ -43,6 +53,13 @@ class Settings:
     audience: str | None
     policy: Policy
     config_path: Path | None
+    propagation: int = DEFAULT_PROPAGATION
+    retention: int = default_retention()
+    keyset_json: str | None = None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
+
+    @property
+    def keyset_source(self) -> str:
+        return KEYSET_JSON_ENV if self.keyset_json is not None else str(self.keyset_path)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -114,6 +131,15 @@ def load_settings(
     for name in _INTEGERS:
         if name in merged and type(merged[name]) is not int:
             raise ConfigError(f"setting {name} must be a whole number, got {merged[name]!r}")
+    for name in _DURATIONS:
+        value = merged.get(name)
+        if isinstance(value, str):
+            try:
+                merged[name] = parse_duration(value)
+            except ValueError as err:
+                raise ConfigError(f"setting {name}: {err}") from None
+        elif value is not None and (type(value) is not int or value < 0):
+            raise ConfigError(f"setting {name} must be a duration, got {value!r}")
     for name in ("keyset", "format", "audience"):
         if name in merged and (not isinstance(merged[name], str) or not merged[name]):
             raise ConfigError(f"setting {name} must be a non-empty string")
@@ -129,11 +155,16 @@ def load_settings(
     except ValueError as err:
         raise ConfigError(f"invalid settings: {err}") from None
     keyset = merged.get("keyset")
+    inline = env.get(KEYSET_JSON_ENV) or None
+    flagged = (flags or {}).get("keyset") is not None
     return Settings(
         keyset_path=Path(keyset) if keyset else DEFAULT_KEYSET,
-        keyset_is_default=keyset is None,
+        keyset_is_default=keyset is None and inline is None,
         format=fmt,
         audience=merged.get("audience"),
         policy=policy,
         config_path=config_path,
+        propagation=merged.get("propagation", DEFAULT_PROPAGATION),
+        retention=merged.get("retention", default_retention(policy.ttl_cap, policy.skew)),
+        keyset_json=None if flagged else inline,
     )

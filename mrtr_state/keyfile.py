@@ -89,6 +89,11 @@ def read_keyset_text(path: Path) -> str:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise KeysetPermissions(f"keyset {path} is not a regular file")
+        if info.st_uid not in (os.geteuid(), 0):
+            raise KeysetPermissions(
+                f"keyset {path} belongs to another user (uid {info.st_uid}); a keyset must be "
+                "owned by the user that runs mrtr-state (or root)"
+            )
         loose = stat.S_IMODE(info.st_mode) & 0o077
         if loose:
             raise KeysetPermissions(
@@ -113,12 +118,14 @@ def read_keyset_text(path: Path) -> str:
 def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
     """Atomically replace (or create) the keyset at ``path`` with ``text``, mode 0600.
 
-    The caller holds :func:`keyset_lock` when it read the old content it is replacing.
+    The caller must hold :func:`keyset_lock` (it read the content being replaced under it).
     """
     folder = path.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_folder(folder)
     if path.is_symlink():
         raise KeysetPermissions(f"keyset {path} is a symlink, which is refused")
+    _remove_stale_temporaries(path)
     if not overwrite and path.exists():
         raise KeysetExists(f"a keyset already exists at {path}; pass --force to replace it")
     try:
@@ -149,6 +156,23 @@ def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
     except OSError as err:
         _discard(temp_name)
         raise KeysetError(f"cannot write keyset {path}: {err.strerror}") from None
+
+
+def _check_folder(folder: Path) -> None:
+    """Refuse a folder others may write in: they could swap the keyset between our checks."""
+    info = folder.stat()
+    if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:
+        raise KeysetPermissions(
+            f"folder {folder} is writable by group or others, so they could replace the keyset; "
+            f"fix it with: chmod go-w {folder}"
+        )
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete temporary files a crashed writer left behind (we hold the lock, so none is live)."""
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
 
 
 def _discard(name: str) -> None:

@@ -24,7 +24,14 @@ from typing import Any, TypeVar
 
 from . import keyfile
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
-from .errors import KeyRetired, KeysetInvalid, NoPrimaryKey, UnknownKey, WrongFormat
+from .errors import (
+    KeyRetired,
+    KeysetInvalid,
+    KeysetNotFound,
+    NoPrimaryKey,
+    UnknownKey,
+    WrongFormat,
+)
 
 __all__ = ["ALGORITHMS", "STATUSES", "Key", "Keyset"]
 
@@ -192,11 +199,26 @@ class Keyset:
             keyfile.write_keyset_text(target, self.to_json(), overwrite=overwrite)
 
     @classmethod
-    def update(cls, path: str | os.PathLike[str], change: Callable[[Keyset], Keyset]) -> Keyset:
-        """Read, change and write back the keyset at ``path``, all under the writer lock."""
+    def update(
+        cls,
+        path: str | os.PathLike[str],
+        change: Callable[[Keyset], Keyset],
+        *,
+        create: bool = False,
+    ) -> Keyset:
+        """Read, change and write back the keyset at ``path``, all under the writer lock.
+
+        With ``create`` a missing file counts as an empty keyset (``keys import`` on a new host).
+        """
         target = Path(path)
         with keyfile.keyset_lock(target):
-            changed = change(cls.load(target))
+            try:
+                current = cls.load(target)
+            except KeysetNotFound:
+                if not create:
+                    raise
+                current = cls([], source=str(target))
+            changed = change(current)
             keyfile.write_keyset_text(target, changed.to_json(), overwrite=True)
         return changed
 

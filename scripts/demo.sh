@@ -58,4 +58,9 @@ step "The same as JSON, for scripts"
 printf '$ mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"\n'
 mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"
 
+step "Rotate: one safe step (adds a pending key now; promotes it once every replica has had an hour to load it)"
+show mrtr-state rotate --dry-run
+show mrtr-state rotate
+show mrtr-state keys list
+
 printf '\nDone. Try: mrtr-state --help\n'

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import stat
 from pathlib import Path
@@ -206,28 +205,6 @@ def test_the_lock_times_out_while_another_writer_holds_it(keyset_path: Path) -> 
         keyset_lock(keyset_path, timeout=0.1),
     ):
         pass
-
-
-def _add_keys(path: str, count: int) -> None:
-    for _ in range(count):
-
-        def add(current: ms.Keyset) -> ms.Keyset:
-            return current.with_keys(
-                [*current, ms.Key.generate("A256GCM", kid=current.fresh_kid(), status="active")]
-            )
-
-        ms.Keyset.update(path, add)
-
-
-def test_concurrent_writers_lose_no_update(keyset_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_add_keys, args=(str(keyset_path), 10)) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-        assert worker.exitcode == 0
-    assert len(ms.Keyset.load(keyset_path)) == 3 + 4 * 10
 
 
 def test_new_keyset_folders_are_private(tmp_path: Path) -> None:

@@ -1,0 +1,70 @@
+"""The ``mrtr-state`` command: a thin shell over the library.
+
+Each command parses its options, calls one library function and renders the result as text or
+``--json``. Every library error maps to the exit code of its class (see ``errors.py``) with one
+line on stderr; nothing here decides whether a token is valid.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import keys as keys_commands
+from . import tokens as token_commands
+from ._common import App, ErrorMappingGroup
+
+# --- the group ------------------------------------------------------------------------------
+
+
+@click.group(cls=ErrorMappingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--keyset",
+    "-k",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json].",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml].",
+)
+@click.version_option(package_name="mrtr-state")
+@click.pass_context
+def cli(ctx: click.Context, keyset: Path | None, config: Path | None) -> None:
+    """Mint, verify, inspect and seal MCP requestState tokens, and manage their keys.
+
+    \b
+    Start with:
+      mrtr-state keys init
+      TOKEN=$(mrtr-state mint --principal alice --request-id req-42 --state '{"step":2}')
+      mrtr-state verify --principal alice --request-id req-42 "$TOKEN"
+      mrtr-state inspect "$TOKEN"
+
+    Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
+    5 replayed, 6 keyset or config error.
+    """
+    ctx.obj = App(keyset_flag=keyset, config_flag=config)
+
+
+cli.add_command(keys_commands.keys)
+cli.add_command(keys_commands.rotate)
+for command in (
+    token_commands.mint,
+    token_commands.verify_cmd,
+    token_commands.inspect_cmd,
+    token_commands.seal_cmd,
+    token_commands.unseal_cmd,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(prog_name="mrtr-state")
+    except BrokenPipeError:  # `mrtr-state verify - < big | head` closes our stdout early
+        sys.stderr.close()
+        sys.exit(1)

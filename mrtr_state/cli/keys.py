@@ -1,0 +1,395 @@
+"""``mrtr-state keys ...`` and ``mrtr-state rotate``: the keyset file and its lifecycle.
+
+Every writing command reads, changes and writes the keyset under its lock (``Keyset.update``),
+so two deploy scripts running at once never lose each other's keys.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .. import _render
+from .. import lifecycle as life
+from ..durations import format_duration
+from ..errors import KeysetError
+from ..formats import get_format
+from ..keyset import ALGORITHMS, Key, Keyset
+from ._common import (
+    App,
+    ErrorMappingGroup,
+    duration_option,
+    emit_json,
+    json_option,
+    pass_app,
+)
+
+_ALG = click.Choice(list(ALGORITHMS))
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _report(changes: list[life.Change], *, path: str, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {
+                "keyset": path,
+                "dry_run": dry_run,
+                "changes": [change.to_dict() for change in changes],
+            }
+        )
+        return
+    verb = "would " if dry_run else ""
+    if not changes:
+        click.echo(f"nothing to do in {path}")
+    for change in changes:
+        click.echo(f"{verb}{change.action} {change.kid} ({change.alg}): {change.detail}")
+
+
+@click.group(cls=ErrorMappingGroup)
+def keys() -> None:
+    """Create, list and move keys through their lifecycle (secrets are never printed).
+
+    pending (verifies) -> primary (mints) -> active (verifies) -> retired (refused) -> pruned.
+    """
+
+
+@keys.command("init")
+@click.option(
+    "--alg",
+    "algs",
+    multiple=True,
+    type=_ALG,
+    help="Algorithm of a primary key to create (repeatable) [default: one of each].",
+)
+@click.option("--force", is_flag=True, help="Replace an existing keyset (its keys are lost).")
+@json_option
+@pass_app
+def keys_init(app: App, algs: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Create a new keyset file, mode 0600, with one primary key per algorithm.
+
+    By default one key for each format: A256GCM (aead), HS256 (jws) and dir+A256GCM (jwe).
+
+    \b
+    Examples:
+      mrtr-state keys init
+      mrtr-state --keyset /etc/mcp/keyset.json keys init --alg A256GCM
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    keyset = Keyset.generate(algs or tuple(ALGORITHMS))
+    keyset.save(path, overwrite=force)
+    if as_json:
+        emit_json({"keyset": str(path), "keys": [key.describe() for key in keyset]})
+        return
+    click.echo(f"created {path} (mode 0600) with {len(keyset)} key(s):")
+    for key in keyset:
+        click.echo(f"  {key.kid}  {key.alg:<12} {key.format:<5} {key.status}")
+
+
+@keys.command("add")
+@click.option(
+    "--alg", type=_ALG, help="Algorithm of the new key [default: that of the configured format]."
+)
+@json_option
+@pass_app
+def keys_add(app: App, alg: str | None, as_json: bool) -> None:
+    """Add a new key: pending (verify-only) while its algorithm has a primary, else primary.
+
+    Roll the keyset out to every replica, then promote the pending key.
+
+    \b
+    Examples:
+      mrtr-state keys add --alg HS256
+      KID=$(mrtr-state keys add --json | jq -r .kid)
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    chosen = alg or get_format(settings.format).alg
+    added: list[Key] = []
+
+    def add(current: Keyset) -> Keyset:
+        changed, key = current.with_new_key(chosen, now=_now())
+        added.append(key)
+        return changed
+
+    Keyset.update(path, add)
+    key = added[-1]
+    if as_json:
+        emit_json({"keyset": str(path), **key.describe()})
+    else:
+        click.echo(f"added {key.status} {key.alg} key {key.kid} to {path}")
+
+
+@keys.command("import")
+@click.option("--alg", type=_ALG, required=True, help="Algorithm the secret is for.")
+@click.option(
+    "--secret-file",
+    required=True,
+    metavar="FILE|-",
+    help="File holding the raw secret bytes, or - for stdin (one trailing newline is stripped).",
+)
+@click.option("--primary", is_flag=True, help="Make it the primary at once.")
+@json_option
+@pass_app
+def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bool) -> None:
+    """Import a secret made elsewhere; creates the keyset if it is missing.
+
+    The key becomes primary when its algorithm has none (or with --primary), pending otherwise.
+    Secrets are read from a file or stdin, never from the command line.
+
+    \b
+    Examples:
+      head -c 32 /dev/urandom > secret.bin
+      mrtr-state keys import --alg A256GCM --secret-file secret.bin
+      vault kv get -field=key secret/mcp | mrtr-state keys import --alg HS256 --secret-file -
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    secret = _read_secret(secret_file)
+    wanted = ALGORITHMS[alg][1]
+    if len(secret) != wanted:
+        raise click.UsageError(
+            f"{alg} needs exactly {wanted} secret bytes; {secret_file} holds {len(secret)} "
+            "(if it is base64 or hex text, decode it to raw bytes first)"
+        )
+    imported: list[Key] = []
+
+    def add(current: Keyset) -> Keyset:
+        now = _now()
+        status = (
+            "pending" if any(k.alg == alg and k.status == "primary" for k in current) else "primary"
+        )
+        key = Key(
+            kid=current.fresh_kid(), alg=alg, secret=secret, status=status, since={status: now}
+        )
+        changed = current.with_keys([*current, key])
+        if primary and status != "primary":
+            changed, _changes = life.promote(changed, key.kid, now=now)
+        imported.append(changed.get(key.kid) or key)
+        return changed
+
+    Keyset.update(path, add, create=True)
+    key = imported[-1]
+    if as_json:
+        emit_json({"keyset": str(path), **key.describe()})
+    else:
+        click.echo(f"imported {key.alg} key {key.kid} as {key.status} into {path}")
+
+
+def _read_secret(source: str) -> bytes:
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as err:
+        raise click.UsageError(f"cannot read secret file {source}: {err.strerror}") from None
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    if not data:
+        raise click.UsageError(f"the secret in {source} is empty")
+    return data
+
+
+@keys.command("promote")
+@click.argument("kid")
+@json_option
+@pass_app
+def keys_promote(app: App, kid: str, as_json: bool) -> None:
+    """Make pending key KID the primary; the old primary becomes active (verify-only).
+
+    Promote only once every replica has the keyset that holds KID.
+
+    \b
+    Example:
+      mrtr-state keys promote 1a2b3c4d
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    changes: list[life.Change] = []
+
+    def change(current: Keyset) -> Keyset:
+        changed, made = life.promote(current, kid, now=_now())
+        changes.extend(made)
+        return changed
+
+    Keyset.update(path, change)
+    _report(changes, path=str(path), dry_run=False, as_json=as_json)
+
+
+@keys.command("retire")
+@click.argument("kid")
+@json_option
+@pass_app
+def keys_retire(app: App, kid: str, as_json: bool) -> None:
+    """Revoke key KID now: every token it made is refused from this moment.
+
+    For a compromised key. Routine rotation retires keys only once their tokens have expired
+    (see rotate). The output says how much time of still-valid tokens this cuts off.
+
+    \b
+    Example:
+      mrtr-state keys retire 1a2b3c4d
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    results: list[tuple[life.Change, int, str]] = []
+
+    def change(current: Keyset) -> Keyset:
+        before = current.get(kid)
+        changed, made, cut = life.retire(current, kid, now=_now(), retention=settings.retention)
+        status = before.status if before is not None else "?"
+        results.append((made, cut, status))
+        return changed
+
+    keyset = Keyset.update(path, change)
+    made, cut, was = results[-1]
+    no_primary = was == "primary" and not any(
+        k.alg == made.alg and k.status == "primary" for k in keyset
+    )
+    if as_json:
+        emit_json(
+            {
+                "keyset": str(path),
+                **made.to_dict(),
+                "cut_off_seconds": cut,
+                "no_primary_left": no_primary,
+            }
+        )
+        return
+    click.echo(f"retired {kid} ({made.alg}): {made.detail}")
+    if cut:
+        click.echo(f"this cuts off up to {format_duration(cut)} of still-valid tokens")
+    if no_primary:
+        click.echo(
+            f"warning: no primary {made.alg} key left; add or promote one to mint again", err=True
+        )
+
+
+@keys.command("prune")
+@duration_option(
+    "--retention", "Keep retired keys this long [config 'retention'; default ttl_cap + 60s]."
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; change nothing.")
+@json_option
+@pass_app
+def keys_prune(app: App, retention: int | None, dry_run: bool, as_json: bool) -> None:
+    """Delete retired keys retired longer ago than the retention window.
+
+    \b
+    Example:
+      mrtr-state keys prune --retention 2h --dry-run
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    keep = settings.retention if retention is None else retention
+    changes: list[life.Change] = []
+
+    def change(current: Keyset) -> Keyset:
+        changed, made = life.prune(current, now=_now(), retention=keep)
+        changes.extend(made)
+        return current if dry_run else changed
+
+    if dry_run:
+        change(app.keyset(settings))
+    else:
+        Keyset.update(path, change)
+    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)
+
+
+@keys.command("list")
+@json_option
+@pass_app
+def keys_list(app: App, as_json: bool) -> None:
+    """List the keys: id, algorithm, format, status, since when, and what comes next.
+
+    \b
+    Example:
+      mrtr-state keys list --json | jq -r '.keys[] | select(.status=="primary") | .kid'
+    """
+    settings = app.settings()
+    keyset = app.keyset(settings)
+    now = _now()
+
+    def line(key: Key) -> str:
+        return life.timeline(
+            key, now=now, propagation=settings.propagation, retention=settings.retention
+        )
+
+    if as_json:
+        emit_json(
+            {
+                "keyset": settings.keyset_source,
+                "keys": [{**key.describe(), "timeline": line(key)} for key in keyset],
+            }
+        )
+        return
+    click.echo(_render.key_table(keyset, now=now, timeline=line))
+
+
+@click.command()
+@click.option(
+    "--alg",
+    "algs",
+    multiple=True,
+    type=_ALG,
+    help="Rotate only this algorithm (repeatable) [default: every one in use].",
+)
+@duration_option(
+    "--propagation", "How long a pending key waits before promotion [config; default 1h]."
+)
+@duration_option(
+    "--retention",
+    "How long keys stay verifiable after they stop minting, and retired keys "
+    "are kept [config; default ttl_cap + 60s].",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@json_option
+@pass_app
+def rotate(
+    app: App,
+    algs: tuple[str, ...],
+    propagation: int | None,
+    retention: int | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Advance key rotation by one safe step; made for cron and deploy scripts.
+
+    For each algorithm: prune retired keys past retention, retire active keys past retention
+    (their tokens have all expired), then promote the pending key once it is older than the
+    propagation delay, or add a pending key if there is none. Running it twice in a row is
+    always safe. Exit 0 when done (or nothing to do), 6 on a keyset problem.
+
+    \b
+    Examples:
+      mrtr-state rotate --dry-run
+      */15 * * * *  mrtr-state --keyset /etc/mcp/keyset.json rotate --json >> /var/log/rotate.log
+    """
+    settings = app.settings()
+    path = app.writable_path(settings)
+    wait = settings.propagation if propagation is None else propagation
+    keep = settings.retention if retention is None else retention
+    if keep < settings.policy.ttl_cap:
+        raise KeysetError(
+            f"retention {format_duration(keep)} is shorter than the ttl cap "
+            f"{format_duration(settings.policy.ttl_cap)}: rotation would retire keys whose "
+            "tokens are still valid"
+        )
+    changes: list[life.Change] = []
+
+    def change(current: Keyset) -> Keyset:
+        changed, made = life.rotate(
+            current, algs=algs or None, now=_now(), propagation=wait, retention=keep
+        )
+        changes.extend(made)
+        return current if dry_run else changed
+
+    if dry_run:
+        change(app.keyset(settings))
+    else:
+        Keyset.update(path, change)
+    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)

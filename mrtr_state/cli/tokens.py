@@ -1,0 +1,266 @@
+"""``mint``, ``verify``, ``inspect``, ``seal`` and ``unseal``: one library call each."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+
+from .. import _render
+from .._encoding import json_dumps
+from ..errors import InvalidToken, KeysetNotFound
+from ..keyset import Keyset
+from ..tokens import inspect as inspect_token
+from ..tokens import issue, seal, unseal, verify
+from ._common import (
+    App,
+    binding_options,
+    emit_json,
+    fail,
+    format_option,
+    json_option,
+    pass_app,
+    read_state,
+    request_binding,
+    single_token,
+)
+
+# --- tokens ---------------------------------------------------------------------------------
+
+
+@click.command()
+@format_option("Token format [config 'format'; default aead].")
+@binding_options
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=1),
+    metavar="SECONDS",
+    help="Lifetime in seconds [config 'ttl'; default 300; cap 'ttl_cap'].",
+)
+@click.option(
+    "--state",
+    "-s",
+    metavar="JSON|@FILE|-",
+    help="State to carry: JSON text, @file, or - for stdin [default: null].",
+)
+@json_option
+@pass_app
+def mint(
+    app: App,
+    fmt: str | None,
+    principal: str | None,
+    audience: str | None,
+    request_id: str | None,
+    method: str | None,
+    target: str | None,
+    arguments: str | None,
+    ttl: int | None,
+    state: str | None,
+    as_json: bool,
+) -> None:
+    """Mint a requestState token; print it alone on stdout.
+
+    \b
+    Examples:
+      mrtr-state mint --principal alice --request-id req-42 --state '{"step":2}'
+      mrtr-state mint -p alice --method tools/call --target deploy \\
+          --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
+    """
+    settings = app.settings(format=fmt, audience=audience)
+    rid = request_binding(request_id, method, target, arguments)
+    carried = read_state(state)
+    keyset = app.keyset(settings)
+    minted = issue(
+        keyset,
+        carried,
+        principal=principal,
+        request_id=rid,
+        ttl=ttl,
+        audience=settings.audience,
+        format=settings.format,
+        policy=settings.policy,
+    )
+    if as_json:
+        emit_json(
+            {
+                "token": minted.token,
+                "kid": minted.kid,
+                "format": minted.format,
+                "expires_at": minted.expires_at,
+            }
+        )
+    else:
+        click.echo(minted.token)
+
+
+def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
+    return {"valid": True, "claims": claims_dict}
+
+
+@click.command("verify")
+@format_option("Accept only this format [default: any, detected].")
+@binding_options
+@json_option
+@click.argument("token")
+@pass_app
+def verify_cmd(
+    app: App,
+    fmt: str | None,
+    principal: str | None,
+    audience: str | None,
+    request_id: str | None,
+    method: str | None,
+    target: str | None,
+    arguments: str | None,
+    as_json: bool,
+    token: str,
+) -> None:
+    """Verify TOKEN (or each line of stdin for -); print its state.
+
+    Text output is the state as JSON; --json prints every claim. A rejection names its reason on
+    stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem). With -
+    each input line gives one output line, the state or "rejected: REASON", and the exit code is
+    that of the first rejection.
+
+    \b
+    Examples:
+      mrtr-state verify -p alice -r req-42 "$TOKEN"
+      mrtr-state verify --json --audience fleet - < captured-tokens.txt
+    """
+    settings = app.settings(audience=audience)
+    rid = request_binding(request_id, method, target, arguments)
+    keyset = app.keyset(settings)
+
+    def check(text: str) -> dict[str, Any]:
+        claims = verify(
+            keyset,
+            text,
+            principal=principal,
+            request_id=rid,
+            audience=settings.audience,
+            format=fmt,
+            policy=settings.policy,
+        )
+        return claims.to_dict()
+
+    if token == "-":
+        raise click.exceptions.Exit(_verify_lines(check, sys.stdin, as_json))
+    try:
+        claims = check(token)
+    except InvalidToken as err:
+        if as_json:
+            emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
+        fail(str(err), err.exit_code)
+    if as_json:
+        emit_json(_verify_result(claims))
+    else:
+        click.echo(json_dumps(claims["st"]))
+
+
+def _verify_lines(
+    check: Callable[[str], dict[str, Any]], lines: Iterator[str] | Any, as_json: bool
+) -> int:
+    """Verify one token per line; one result line each. Returns the exit code."""
+    first_failure = 0
+    out = sys.stdout
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            claims = check(text)
+        except InvalidToken as err:
+            first_failure = first_failure or err.exit_code
+            if as_json:
+                out.write(
+                    json_dumps(
+                        {
+                            "line": number,
+                            "valid": False,
+                            "error": {"code": err.code, "message": str(err)},
+                        }
+                    )
+                    + "\n"
+                )
+            else:
+                out.write(f"rejected: {err}\n")
+            continue
+        if as_json:
+            out.write(json_dumps({"line": number, **_verify_result(claims)}) + "\n")
+        else:
+            out.write(json_dumps(claims["st"]) + "\n")
+    out.flush()
+    return first_failure
+
+
+@click.command("inspect")
+@json_option
+@click.argument("token")
+@pass_app
+def inspect_cmd(app: App, as_json: bool, token: str) -> None:
+    """Show what TOKEN (or - for stdin) is made of, verified only if a keyset can verify it.
+
+    Works without a key: format, key id, and for readable formats the claims, all marked NOT
+    VERIFIED. With the keyset at hand it also checks the tag and lifetime (not the bindings).
+
+    \b
+    Examples:
+      mrtr-state inspect "$TOKEN"
+      mrtr-state inspect --json - < token.txt | jq .verified
+    """
+    settings = app.settings()
+    text = single_token(token)
+    try:
+        keyset: Keyset | None = app.keyset(settings)
+    except KeysetNotFound:
+        if not settings.keyset_is_default:
+            raise
+        keyset = None  # no keyset at the default path: inspect works without one
+    now = time.time()
+    view = inspect_token(text, keyset=keyset, now=now, policy=settings.policy)
+    if as_json:
+        emit_json(view.to_dict())
+    else:
+        click.echo(
+            _render.inspection(
+                view, now=now, keyset_source=None if keyset is None else str(settings.keyset_path)
+            )
+        )
+
+
+@click.command("seal")
+@format_option("Token format [config 'format'; default aead].")
+@pass_app
+def seal_cmd(app: App, fmt: str | None) -> None:
+    """Seal the bytes on stdin into a token (no claims, no expiry, no binding).
+
+    Prefer mint: sealed tokens never expire and bind nothing. seal is for payloads that carry
+    their own rules.
+
+    \b
+    Example:
+      printf 'opaque bytes' | mrtr-state seal > sealed.txt
+    """
+    settings = app.settings(format=fmt)
+    payload = sys.stdin.buffer.read(settings.policy.max_size + 1)
+    click.echo(seal(app.keyset(settings), payload, format=settings.format, policy=settings.policy))
+
+
+@click.command("unseal")
+@format_option("Accept only this format [default: any, detected].")
+@click.argument("token")
+@pass_app
+def unseal_cmd(app: App, fmt: str | None, token: str) -> None:
+    """Check TOKEN (or - for stdin) and write its sealed payload bytes to stdout.
+
+    \b
+    Example:
+      mrtr-state unseal - < sealed.txt > payload.bin
+    """
+    settings = app.settings()
+    payload = unseal(app.keyset(settings), single_token(token), format=fmt, policy=settings.policy)
+    sys.stdout.buffer.write(payload)
+    sys.stdout.buffer.flush()

@@ -1,0 +1,36 @@
+"""Durations as people write them (``90s``, ``15m``, ``1h30m``, ``7d``) and read them back."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_duration", "parse_duration"]
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_PART = re.compile(r"(\d+)([dhms])")
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``text``: a whole number of seconds, or parts like ``1h30m``; else ValueError."""
+    cleaned = text.strip().lower()
+    if cleaned.isdigit():
+        return int(cleaned)
+    parts = _PART.findall(cleaned)
+    if not parts or "".join(n + u for n, u in parts) != cleaned:
+        raise ValueError(f"{text!r} is not a duration; write e.g. 90s, 15m, 1h30m or 7d")
+    return sum(int(number) * _UNITS[unit] for number, unit in parts)
+
+
+def format_duration(seconds: float) -> str:
+    """``4m 12s``, ``3h 5m``, ``2d 4h``: the two largest units, as people read clocks."""
+    whole = int(abs(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    parts = []
+    for name, size in _UNITS.items():
+        if whole >= size:
+            parts.append(f"{whole // size}{name}")
+            whole %= size
+        if len(parts) == 2 or (parts and whole == 0):
+            break
+    return " ".join(parts)

@@ -1,0 +1,203 @@
+"""Key lifecycle: pending -> primary -> active -> retired -> pruned, and the rotation step.
+
+Every function here is pure: it takes a keyset and ``now`` and returns a new keyset plus the list
+of changes it made, so the same code serves ``--dry-run``, the CLI and the state-machine tests.
+
+Two delays keep in-flight round trips alive on a fleet whose replicas load the keyset file at
+different moments:
+
+* **propagation**: a new key stays *pending* (verifies, never mints) until every replica has it;
+  only then may it become primary, or a retry reaching a slow replica would meet an unknown key;
+* **retention** (default: TTL cap + clock skew): a former primary stays *active* (verifies) until
+  no token it minted can still be unexpired; only then may rotation retire it, and a retired key
+  is kept that long again so that ``inspect`` can still name it before it is pruned.
+
+``retire`` by hand skips the wait on purpose: it is the revocation of a compromised key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .durations import format_duration as ago
+from .errors import KeysetInvalid
+from .keyset import ALGORITHMS, Key, Keyset
+from .policy import DEFAULT_POLICY
+
+__all__ = [
+    "DEFAULT_PROPAGATION",
+    "Change",
+    "default_retention",
+    "promote",
+    "prune",
+    "retire",
+    "rotate",
+    "timeline",
+]
+
+DEFAULT_PROPAGATION = 3600
+
+
+def default_retention(
+    ttl_cap: int = DEFAULT_POLICY.ttl_cap, skew: int = DEFAULT_POLICY.skew
+) -> int:
+    """How long after it stops minting a key may still have unexpired tokens out there."""
+    return ttl_cap + skew
+
+
+@dataclass(frozen=True)
+class Change:
+    """One transition, as ``rotate --json`` and the other key commands report it."""
+
+    action: str  # add, promote, demote, retire, prune
+    kid: str
+    alg: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "kid": self.kid, "alg": self.alg, "detail": self.detail}
+
+
+def _entered(key: Key, status: str, now: int) -> Key:
+    return Key(
+        kid=key.kid, alg=key.alg, secret=key.secret, status=status, since={**key.since, status: now}
+    )
+
+
+def _replace(keyset: Keyset, changed: dict[str, Key]) -> Keyset:
+    return keyset.with_keys(changed.get(key.kid, key) for key in keyset)
+
+
+def _find(keyset: Keyset, kid: str) -> Key:
+    key = keyset.get(kid)
+    if key is None:
+        raise KeysetInvalid(f"{keyset.source} has no key {kid}; see: mrtr-state keys list")
+    return key
+
+
+def promote(keyset: Keyset, kid: str, *, now: int) -> tuple[Keyset, list[Change]]:
+    """Make ``kid`` (pending, or active as a roll-back) the primary of its algorithm.
+
+    The previous primary becomes active: it stops minting but keeps verifying its tokens.
+    """
+    key = _find(keyset, kid)
+    if key.status == "primary":
+        return keyset, []
+    if key.status == "retired":
+        raise KeysetInvalid(f"key {kid} is retired and cannot be promoted; add a new key")
+    changes = [Change("promote", kid, key.alg, f"{key.status} -> primary: mints from now on")]
+    changed = {kid: _entered(key, "primary", now)}
+    old = next((k for k in keyset if k.alg == key.alg and k.status == "primary"), None)
+    if old is not None:
+        changed[old.kid] = _entered(old, "active", now)
+        changes.append(Change("demote", old.kid, old.alg, "primary -> active: verifies only"))
+    return _replace(keyset, changed), changes
+
+
+def unexpired_window(key: Key, *, now: int, retention: int) -> int:
+    """Seconds from ``now`` during which tokens minted by ``key`` may still be unexpired."""
+    if key.status == "primary":
+        return retention
+    if key.status == "active":
+        stopped = key.since.get("active", now)
+        return max(0, stopped + retention - now)
+    return 0  # pending keys never minted; retired keys are refused already
+
+
+def retire(keyset: Keyset, kid: str, *, now: int, retention: int) -> tuple[Keyset, Change, int]:
+    """Revoke ``kid`` at once. Returns the change and how many seconds of tokens it cuts off."""
+    key = _find(keyset, kid)
+    if key.status == "retired":
+        return keyset, Change("retire", kid, key.alg, "already retired"), 0
+    cut = unexpired_window(key, now=now, retention=retention)
+    detail = f"{key.status} -> retired: its tokens are refused from now on"
+    return (
+        _replace(keyset, {kid: _entered(key, "retired", now)}),
+        Change("retire", kid, key.alg, detail),
+        cut,
+    )
+
+
+def prune(
+    keyset: Keyset, *, now: int, retention: int, algs: tuple[str, ...] | None = None
+) -> tuple[Keyset, list[Change]]:
+    """Delete retired keys (of ``algs``, default all) retired at least ``retention`` s ago."""
+    gone = [
+        k
+        for k in keyset
+        if k.status == "retired"
+        and k.since.get("retired", now) + retention <= now
+        and (algs is None or k.alg in algs)
+    ]
+    if not gone:
+        return keyset, []
+    kids = {k.kid for k in gone}
+    return keyset.with_keys(k for k in keyset if k.kid not in kids), [
+        Change("prune", k.kid, k.alg, "retired key deleted") for k in gone
+    ]
+
+
+def rotate(
+    keyset: Keyset,
+    *,
+    algs: tuple[str, ...] | None = None,
+    now: int,
+    propagation: int,
+    retention: int,
+) -> tuple[Keyset, list[Change]]:
+    """One safe rotation step for each algorithm (all algorithms in use unless ``algs``).
+
+    Cleanups first (prune retired keys past retention, retire active keys past retention), then
+    one move: promote the pending key once it is older than ``propagation``, or add a pending
+    key when there is none. Every transition is safe on its own, so running this twice in a row
+    (or from two cron jobs) only ever moves the keyset forward.
+    """
+    chosen = algs or tuple(alg for alg in ALGORITHMS if any(k.alg == alg for k in keyset))
+    for alg in chosen:
+        if alg not in ALGORITHMS:
+            raise ValueError(f"unknown key algorithm {alg!r}")
+    keyset, changes = prune(keyset, now=now, retention=retention, algs=chosen)
+    for alg in chosen:
+        for key in [k for k in keyset if k.alg == alg and k.status == "active"]:
+            if key.since.get("active", now) + retention <= now:
+                keyset, _change, _cut = retire(keyset, key.kid, now=now, retention=retention)
+                changes.append(
+                    Change(
+                        "retire", key.kid, alg, "active -> retired: its last tokens have expired"
+                    )
+                )
+        pending = [k for k in keyset if k.alg == alg and k.status == "pending"]
+        if not pending:
+            keyset, key = keyset.with_new_key(alg, now=now)
+            changes.append(Change("add", key.kid, alg, f"new {key.status} key"))
+            continue
+        oldest = min(pending, key=lambda k: k.since.get("pending", now))
+        if oldest.since.get("pending", now) + propagation <= now:
+            keyset, promoted = promote(keyset, oldest.kid, now=now)
+            changes += promoted
+    return keyset, changes
+
+
+def timeline(key: Key, *, now: int, propagation: int, retention: int) -> str:
+    """A short line saying what the key does and when that changes (for ``keys list``)."""
+    since = key.since.get(key.status)
+    for_how_long = "" if since is None else f" since {ago(now - since)}"
+    if key.status == "primary":
+        return f"mints{for_how_long}"
+    if key.status == "pending":
+        if since is None:
+            return "verifies; not yet minting"
+        left = since + propagation - now
+        return "verifies; promotable now" if left <= 0 else f"verifies; promotable in {ago(left)}"
+    if key.status == "active":
+        left = unexpired_window(key, now=now, retention=retention)
+        return (
+            f"verifies for {ago(left)} more"
+            if left > 0
+            else "verifies; retirable now (no unexpired tokens)"
+        )
+    left = (since if since is not None else now) + retention - now
+    return f"refused{for_how_long}; " + (
+        "prunable now" if left <= 0 else f"prunable in {ago(left)}"
+    )

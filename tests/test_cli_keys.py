@@ -1,0 +1,215 @@
+"""The key lifecycle through the CLI: add, promote, retire, prune, import, list, rotate."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mrtr_state as ms
+
+from .test_cli import run
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    keyset = tmp_path / "keyset.json"
+    run("--keyset", str(keyset), "keys", "init", "--alg", "A256GCM")
+    return keyset
+
+
+def keys(path: Path) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = json.loads(
+        run("--keyset", str(path), "keys", "list", "--json").stdout
+    )["keys"]
+    return listed
+
+
+def test_add_promote_and_the_old_primary_keeps_verifying(path: Path) -> None:
+    first = keys(path)[0]["kid"]
+    token = run("--keyset", str(path), "mint", "--state", '"old"').stdout.strip()
+    added = json.loads(run("--keyset", str(path), "keys", "add", "--json").stdout)
+    assert added["status"] == "pending"
+    promoted = run("--keyset", str(path), "keys", "promote", added["kid"])
+    assert promoted.stdout.splitlines() == [
+        f"promote {added['kid']} (A256GCM): pending -> primary: mints from now on",
+        f"demote {first} (A256GCM): primary -> active: verifies only",
+    ]
+    assert [(k["kid"], k["status"]) for k in keys(path)] == [
+        (first, "active"),
+        (added["kid"], "primary"),
+    ]
+    assert run("--keyset", str(path), "verify", token).stdout == '"old"\n'
+    new_token = run("--keyset", str(path), "mint", "--json").stdout
+    assert json.loads(new_token)["kid"] == added["kid"]
+    assert (
+        "no key 00000000"
+        in run("--keyset", str(path), "keys", "promote", "00000000", code=6).stderr
+    )
+
+
+def test_retire_revokes_at_once_and_says_what_it_cuts_off(path: Path) -> None:
+    kid = keys(path)[0]["kid"]
+    token = run("--keyset", str(path), "mint").stdout.strip()
+    result = run("--keyset", str(path), "keys", "retire", kid)
+    assert result.stdout.splitlines() == [
+        f"retired {kid} (A256GCM): primary -> retired: its tokens are refused from now on",
+        "this cuts off up to 1h 1m of still-valid tokens",
+    ]
+    assert "no primary A256GCM key left" in result.stderr
+    assert run("--keyset", str(path), "verify", token, code=1).stderr == (
+        f"error: key {kid} is retired; its tokens are no longer accepted\n"
+    )
+    view = json.loads(run("--keyset", str(path), "inspect", "--json", token).stdout)
+    assert view["key_status"] == "retired"
+    assert view["problem"]["code"] == "key_retired"
+    run("--keyset", str(path), "mint", code=6)
+    again = json.loads(run("--keyset", str(path), "keys", "retire", kid, "--json").stdout)
+    assert again["detail"] == "already retired"
+    assert again["cut_off_seconds"] == 0
+
+
+def test_prune_keeps_recently_retired_keys(path: Path) -> None:
+    kid = keys(path)[0]["kid"]
+    run("--keyset", str(path), "keys", "retire", kid)
+    assert run("--keyset", str(path), "keys", "prune").stdout == f"nothing to do in {path}\n"
+    dry = run("--keyset", str(path), "keys", "prune", "--retention", "0", "--dry-run")
+    assert dry.stdout == f"would prune {kid} (A256GCM): retired key deleted\n"
+    assert len(keys(path)) == 1
+    done = json.loads(
+        run("--keyset", str(path), "keys", "prune", "--retention", "0s", "--json").stdout
+    )
+    assert [c["kid"] for c in done["changes"]] == [kid]
+    assert keys(path) == []
+    assert (
+        "not a duration"
+        in run("--keyset", str(path), "keys", "prune", "--retention", "soon", code=2).stderr
+    )
+
+
+def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "keyset.json"
+    secret_file = tmp_path / "secret.bin"
+    secret_file.write_bytes(os.urandom(32) + b"\n")  # the trailing newline is stripped
+    first = json.loads(
+        run(
+            "--keyset",
+            str(path),
+            "keys",
+            "import",
+            "--alg",
+            "HS256",
+            "--secret-file",
+            str(secret_file),
+            "--json",
+        ).stdout
+    )
+    assert first["status"] == "primary"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    loaded = ms.Keyset.load(path).get(first["kid"])
+    assert loaded is not None
+    assert loaded.secret == secret_file.read_bytes()[:-1]
+    second = run(
+        "--keyset",
+        str(path),
+        "keys",
+        "import",
+        "--alg",
+        "HS256",
+        "--secret-file",
+        "-",
+        input=os.urandom(32),
+    )
+    assert re.fullmatch(r"imported HS256 key [0-9a-f]{8} as pending into .*\n", second.stdout)
+    third = json.loads(
+        run(
+            "--keyset",
+            str(path),
+            "keys",
+            "import",
+            "--alg",
+            "HS256",
+            "--secret-file",
+            "-",
+            "--primary",
+            "--json",
+            input=os.urandom(32),
+        ).stdout
+    )
+    assert third["status"] == "primary"
+    assert [k["status"] for k in keys(path)] == ["active", "pending", "primary"]
+    short = run(
+        "--keyset",
+        str(path),
+        "keys",
+        "import",
+        "--alg",
+        "A256GCM",
+        "--secret-file",
+        "-",
+        input=b"c2hvcnQ=\n",
+        code=2,
+    )
+    assert "A256GCM needs exactly 32 secret bytes; - holds 8" in short.stderr
+    missing = run(
+        "--keyset",
+        str(path),
+        "keys",
+        "import",
+        "--alg",
+        "HS256",
+        "--secret-file",
+        str(tmp_path / "nope"),
+        code=2,
+    )
+    assert "cannot read secret file" in missing.stderr
+    assert "--secret-file" in run("keys", "import", "--alg", "HS256", code=2).stderr
+
+
+def test_list_shows_the_lifecycle_time_line(path: Path) -> None:
+    run("--keyset", str(path), "keys", "add")
+    table = run("--keyset", str(path), "keys", "list").stdout.splitlines()
+    assert table[0].split() == ["KID", "ALG", "FORMAT", "STATUS", "SINCE", "LIFECYCLE"]
+    assert table[1].endswith("mints since 0s")
+    assert re.search(r"verifies; promotable in (59m|1h)", table[2])
+    listed = keys(path)
+    assert listed[1]["timeline"].startswith("verifies; promotable in")
+
+
+def test_rotate_is_one_safe_step_and_says_what_it_did(path: Path) -> None:
+    first = run("--keyset", str(path), "rotate", "--json")
+    changes = json.loads(first.stdout)["changes"]
+    assert [c["action"] for c in changes] == ["add"]
+    assert json.loads(first.stdout)["dry_run"] is False
+    again = run("--keyset", str(path), "rotate")
+    assert again.stdout == f"nothing to do in {path}\n"  # propagation (1h) not over yet
+    dry = run("--keyset", str(path), "rotate", "--propagation", "0", "--dry-run")
+    assert dry.stdout.startswith("would promote ")
+    assert [k["status"] for k in keys(path)] == ["primary", "pending"]
+    run("--keyset", str(path), "rotate", "--propagation", "0")
+    assert [k["status"] for k in keys(path)] == ["active", "primary"]
+    too_short = run("--keyset", str(path), "rotate", "--retention", "10m", code=6)
+    assert "shorter than the ttl cap" in too_short.stderr
+
+
+def test_an_inline_keyset_from_the_environment_is_read_only(path: Path, tmp_path: Path) -> None:
+    inline = {"MRTR_STATE_KEYSET_JSON": path.read_text()}
+    token = run("mint", "--state", "1", env=inline).stdout.strip()
+    assert run("verify", token, env=inline).stdout == "1\n"
+    assert json.loads(run("keys", "list", "--json", env=inline).stdout)["keyset"] == (
+        "MRTR_STATE_KEYSET_JSON"
+    )
+    for command in (["keys", "add"], ["rotate"], ["keys", "init"], ["keys", "prune"]):
+        refused = run(*command, env=inline, code=6)
+        assert "MRTR_STATE_KEYSET_JSON, which is read-only" in refused.stderr
+    # an explicit --keyset wins over the environment
+    other = tmp_path / "other.json"
+    run("--keyset", str(other), "keys", "init", env=inline)
+    run("--keyset", str(other), "verify", token, env=inline, code=1)
+    broken = run("verify", token, env={"MRTR_STATE_KEYSET_JSON": "{"}, code=6)
+    assert broken.stderr.startswith("error: MRTR_STATE_KEYSET_JSON is not valid JSON")
