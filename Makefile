@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo lint test clean
+.PHONY: help install demo lint test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -23,12 +23,16 @@ demo: $(STAMP) ## Make keys/keyset.json if absent, then mint, verify, inspect an
 	@PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
-	$(BIN)/ruff check mrtr_state tests
-	$(BIN)/ruff format --check mrtr_state tests
+	$(BIN)/ruff check mrtr_state tests bench
+	$(BIN)/ruff format --check mrtr_state tests bench
 	$(BIN)/mypy
 
 test: lint ## Lint, then the whole test suite (fails if no test ran)
 	$(BIN)/python -m pytest
+
+bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/bench.py
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

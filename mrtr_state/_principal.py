@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import hmac
 import os
+from typing import TYPE_CHECKING
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode
+
+if TYPE_CHECKING:
+    from .keyset import Key
 
 __all__ = ["PREFIX", "expected_tag", "principal_tag"]
 
@@ -23,14 +27,19 @@ _SALT = 8
 _MAC = 16
 
 
-def principal_tag(secret: bytes, principal: str, salt: bytes | None = None) -> str:
-    """A fresh tag of ``principal`` under ``secret`` (a random salt unless one is given)."""
+def _keyed(secret: bytes) -> hmac.HMAC:
+    return hmac.new(secret, _LABEL, "sha256")
+
+
+def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:
+    """A fresh tag of ``principal`` under ``key`` (a random salt unless one is given)."""
     chosen = os.urandom(_SALT) if salt is None else salt
-    mac = hmac.digest(secret, _LABEL + chosen + principal.encode("utf-8"), "sha256")[:_MAC]
-    return PREFIX + b64url_encode(chosen + mac)
+    state = key.prepared("principal-tag", _keyed).copy()
+    state.update(chosen + principal.encode("utf-8"))
+    return PREFIX + b64url_encode(chosen + state.digest()[:_MAC])
 
 
-def expected_tag(secret: bytes, stored: str, principal: str) -> str:
+def expected_tag(key: Key, stored: str, principal: str) -> str:
     """The tag ``principal`` would have with the salt of ``stored``; never equal if malformed."""
     if not stored.startswith(PREFIX):
         return ""
@@ -40,4 +49,4 @@ def expected_tag(secret: bytes, stored: str, principal: str) -> str:
         return ""
     if len(raw) != _SALT + _MAC:
         return ""
-    return principal_tag(secret, principal, raw[:_SALT])
+    return principal_tag(key, principal, raw[:_SALT])

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +39,7 @@ _REQUIRED = ("iat", "exp", "jti", "st")
 _FINGERPRINT_PREFIX = "mcp1:"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claims:
     """The verified content of a token. ``state`` is what the server asked to carry."""
 
@@ -63,36 +62,15 @@ class Claims:
         return out
 
 
-def new_claims(
-    state: Any, *, now: int, ttl: int, sub: str | None, aud: str | None, rid: str | None
-) -> Claims:
-    """Claims for a token minted at ``now`` that lives ``ttl`` seconds, with a random ``jti``."""
-    for name, value in (("principal", sub), ("audience", aud), ("request id", rid)):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError(f"{name} must be a non-empty string or None")
-    return Claims(
-        state=state,
-        iat=now,
-        exp=now + ttl,
-        jti=b64url_encode(os.urandom(16)),
-        sub=sub,
-        aud=aud,
-        rid=rid,
-    )
-
-
-def _integer(document: dict[str, Any], name: str) -> int:
-    value = document[name]
-    if type(value) is int and 0 <= value < _MAX_TIME:
-        return value
-    raise InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
+def _integer_error(name: str, value: Any) -> InvalidClaims:
+    return InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
 
 
 def _optional_text(document: dict[str, Any], name: str) -> str | None:
     value = document.get(name)
     if value is None and name not in document:
         return None
-    if isinstance(value, str) and value:
+    if type(value) is str and value:
         return value
     raise InvalidClaims(f"claim {name} must be a non-empty string, got {_show(value)}")
 
@@ -103,27 +81,38 @@ def _show(value: Any) -> str:
 
 
 def parse_claims(document: Any) -> Claims:
-    """Check the shape of decoded claims: required members, exact types, nothing unknown."""
-    if not isinstance(document, dict):
+    """Check the shape of decoded claims: required members, exact types, nothing unknown.
+
+    On the hot path of every verification, so the common case runs straight through and the
+    slow, specific messages are built only when something is wrong.
+    """
+    if type(document) is not dict:
         raise InvalidClaims("claims must be a JSON object")
-    missing = [name for name in _REQUIRED if name not in document]
-    if missing:
-        raise InvalidClaims(f"claims lack {', '.join(missing)}")
-    unknown = sorted(set(document) - _MEMBERS)
-    if unknown:
+    if not document.keys() <= _MEMBERS:
+        unknown = sorted(set(document) - _MEMBERS)
         raise InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
-    jti = document["jti"]
-    if not isinstance(jti, str) or not jti:
+    try:
+        iat, exp, jti, state = document["iat"], document["exp"], document["jti"], document["st"]
+    except KeyError:
+        missing = [name for name in _REQUIRED if name not in document]
+        raise InvalidClaims(f"claims lack {', '.join(missing)}") from None
+    if type(iat) is not int or not 0 <= iat < _MAX_TIME:
+        raise _integer_error("iat", iat)
+    if type(exp) is not int or not 0 <= exp < _MAX_TIME:
+        raise _integer_error("exp", exp)
+    if type(jti) is not str or not jti:
         raise InvalidClaims("claim jti must be a non-empty string")
-    return Claims(
-        state=document["st"],
-        iat=_integer(document, "iat"),
-        exp=_integer(document, "exp"),
-        jti=jti,
-        sub=_optional_text(document, "sub"),
-        aud=_optional_text(document, "aud"),
-        rid=_optional_text(document, "rid"),
-    )
+    sub, aud, rid = document.get("sub"), document.get("aud"), document.get("rid")
+    present = 4 + (sub is not None) + (aud is not None) + (rid is not None)
+    if (
+        len(document) != present  # an optional claim written as null
+        or (sub is not None and (type(sub) is not str or not sub))
+        or (aud is not None and (type(aud) is not str or not aud))
+        or (rid is not None and (type(rid) is not str or not rid))
+    ):
+        for name in ("sub", "aud", "rid"):
+            _optional_text(document, name)  # raises with the precise reason
+    return Claims(state, iat, exp, jti, sub, aud, rid)
 
 
 def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
@@ -154,21 +143,26 @@ def _ago(seconds: float) -> str:
 
 def check_binding(claims: Claims, *, sub: str | None, aud: str | None, rid: str | None) -> None:
     """Refuse unless each of principal, audience and request matches exactly (or both absent)."""
-    _bound("principal", claims.sub, sub, PrincipalMismatch)
-    _bound("audience", claims.aud, aud, AudienceMismatch)
-    _bound("request", claims.rid, rid, RequestMismatch)
+    if claims.sub is not None or sub is not None:
+        _bound("principal", claims.sub, sub, PrincipalMismatch)
+    if claims.aud is not None or aud is not None:
+        _bound("audience", claims.aud, aud, AudienceMismatch)
+    if claims.rid is not None or rid is not None:
+        _bound("request", claims.rid, rid, RequestMismatch)
 
 
 def _bound(
     what: str, stored: str | None, expected: str | None, error: type[BindingMismatch]
 ) -> None:
-    if stored is None and expected is None:
-        return
     if stored is None:
         raise error(f"{what} mismatch: the token is not bound to a {what}, but one was given")
     if expected is None:
         raise error(f"{what} mismatch: the token is bound to a {what}; give it to verify")
-    if not hmac.compare_digest(stored.encode("utf-8"), expected.encode("utf-8")):
+    try:
+        same = hmac.compare_digest(stored, expected)  # ASCII text: compared as it is
+    except TypeError:  # non-ASCII text must be compared as bytes
+        same = hmac.compare_digest(stored.encode("utf-8"), expected.encode("utf-8"))
+    if not same:
         raise error(f"{what} mismatch")
 
 

@@ -22,7 +22,6 @@ it is read-only: commands that write keys refuse it.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +62,8 @@ class Settings:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
+    import tomllib  # deferred: most runs have no config file
+
     try:
         with path.open("rb") as handle:
             data = tomllib.load(handle)

@@ -16,7 +16,6 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +127,8 @@ def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
     _remove_stale_temporaries(path)
     if not overwrite and path.exists():
         raise KeysetExists(f"a keyset already exists at {path}; pass --force to replace it")
+    import tempfile  # deferred: only writers need it, and it is slow to import
+
     try:
         fd, temp_name = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:

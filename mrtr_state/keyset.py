@@ -124,13 +124,14 @@ class Keyset:
     keyset (:meth:`with_keys`) and saving it under the file lock (:meth:`update`).
     """
 
-    __slots__ = ("_by_kid", "_keys", "_primary", "source")
+    __slots__ = ("_by_kid", "_derived", "_keys", "_primary", "source")
 
     def __init__(self, keys: Iterable[Key], *, source: str = "keyset") -> None:
         self.source = source
         self._keys = tuple(keys)
         self._by_kid: dict[str, Key] = {}
         self._primary: dict[str, Key] = {}
+        self._derived: dict[str, Any] = {}
         for key in self._keys:
             self._admit(key)
 
@@ -178,7 +179,7 @@ class Keyset:
     def from_json(cls, text: str, *, source: str = "keyset") -> Keyset:
         """Parse a JWK Set document (the keyset file's content)."""
         try:
-            document = json_loads(text)
+            document = json_loads(text.strip())
         except EncodingError as err:
             raise KeysetInvalid(f"{source} is not valid JSON: {err}") from None
         if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
@@ -261,6 +262,14 @@ class Keyset:
 
     def __repr__(self) -> str:
         return f"Keyset({self.source!r}, {len(self._keys)} keys)"
+
+    def derived(self, purpose: str, build: Callable[[Keyset], T]) -> T:
+        """A lookup table built from this (immutable) keyset once, e.g. exact JOSE headers."""
+        try:
+            return self._derived[purpose]  # type: ignore[no-any-return]
+        except KeyError:
+            made = self._derived[purpose] = build(self)
+            return made
 
     def get(self, kid: str) -> Key | None:
         return self._by_kid.get(kid)

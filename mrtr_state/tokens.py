@@ -14,13 +14,14 @@ bytes sealed for some other purpose can never be accepted as a claims token and 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._encoding import EncodingError, json_bytes, json_loads
+from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
 from ._principal import expected_tag, principal_tag
-from .claims import Claims, check_binding, check_lifetime, new_claims, parse_claims
+from .claims import Claims, check_binding, check_lifetime, parse_claims
 from .errors import InvalidClaims, InvalidToken, MalformedToken, OversizedToken, WrongFormat
 from .formats import Anatomy, Format, detect_format, get_format
 from .policy import DEFAULT_POLICY, Policy
@@ -115,6 +116,43 @@ def _fit(token: str, policy: Policy, what: str) -> str:
     return token
 
 
+def _seal_claims(
+    keyset: Keyset,
+    state: Any,
+    principal: str | None,
+    request_id: str | None,
+    audience: str | None,
+    ttl: int | None,
+    format: str,
+    now: float | None,
+    policy: Policy,
+) -> tuple[str, Key, dict[str, Any]]:
+    """Build the claims and seal them: the whole of minting, kept lean for the hot path."""
+    fmt = get_format(format)
+    key = keyset.primary(fmt.alg)
+    iat = int(time.time() if now is None else now)
+    claims: dict[str, Any] = {
+        "iat": iat,
+        "exp": iat + _check_ttl(ttl, policy),
+        "jti": b64url_encode(os.urandom(16)),
+    }
+    if principal is not None:
+        _check_text("principal", principal)
+        claims["sub"] = principal if fmt.confidential else principal_tag(key, principal)
+    if audience is not None:
+        claims["aud"] = _check_text("audience", audience)
+    if request_id is not None:
+        claims["rid"] = _check_text("request id", request_id)
+    claims["st"] = state
+    return _fit(fmt.seal(key, json_bytes(claims)), policy, "this state"), key, claims
+
+
+def _check_text(name: str, value: str) -> str:
+    if type(value) is not str or not value:
+        raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+    return value
+
+
 def issue(
     keyset: Keyset,
     state: Any = None,
@@ -128,22 +166,10 @@ def issue(
     policy: Policy = DEFAULT_POLICY,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
-    fmt = get_format(format)
-    key = keyset.primary(fmt.alg)
-    if principal is not None and not fmt.confidential:
-        if not isinstance(principal, str) or not principal:
-            raise ValueError("principal must be a non-empty string or None")
-        principal = principal_tag(key.secret, principal)
-    claims = new_claims(
-        state,
-        now=int(_now(now)),
-        ttl=_check_ttl(ttl, policy),
-        sub=principal,
-        aud=audience,
-        rid=request_id,
+    token, key, claims = _seal_claims(
+        keyset, state, principal, request_id, audience, ttl, format, now, policy
     )
-    token = _fit(fmt.seal(key, json_bytes(claims.to_dict())), policy, "this state")
-    return Minted(token=token, kid=key.kid, format=fmt.name, claims=claims)
+    return Minted(token=token, kid=key.kid, format=format, claims=parse_claims(claims))
 
 
 def mint(
@@ -164,17 +190,7 @@ def mint(
     ``request_id`` of the originating request (see :func:`mrtr_state.request_id`) and the
     ``audience`` (this server or fleet). It expires ``ttl`` seconds from ``now``.
     """
-    return issue(
-        keyset,
-        state,
-        principal=principal,
-        request_id=request_id,
-        audience=audience,
-        ttl=ttl,
-        format=format,
-        now=now,
-        policy=policy,
-    ).token
+    return _seal_claims(keyset, state, principal, request_id, audience, ttl, format, now, policy)[0]
 
 
 def verify(
@@ -197,7 +213,7 @@ def verify(
     claims = _claims_from(plaintext)
     check_lifetime(claims, _now(now), policy)
     if principal is not None and claims.sub is not None and not fmt.confidential:
-        principal = expected_tag(key.secret, claims.sub, principal)
+        principal = expected_tag(key, claims.sub, principal)
     check_binding(claims, sub=principal, aud=audience, rid=request_id)
     return claims
 

@@ -49,24 +49,38 @@ def mint(ks: Path, *args: str) -> str:
 # --- help ----------------------------------------------------------------------------------
 
 
+_CTX = click.Context(cli)
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        found = command.get_command(_CTX, name)
+        assert found is not None
+        command = found
+    return command
+
+
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
-    for name, command in group.commands.items():
+    for name in group.list_commands(_CTX):
         found.append((*prefix, name))
+        command = group.get_command(_CTX, name)
         if isinstance(command, click.Group):
             found.extend(_commands(command, (*prefix, name)))
     return found
+
+
+def test_every_command_is_listed() -> None:
+    assert len(_commands(cli)) == 14  # 7 top-level commands, the keys group and its 7
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
 def test_every_command_has_help_with_an_example_and_is_in_the_readme(path: tuple[str, ...]) -> None:
     result = run(*path, "--help")
     assert "Usage: " in result.stdout
-    command = cli
-    for name in path:
-        assert isinstance(command, click.Group)
-        command = command.commands[name]  # type: ignore[assignment]
-    if not isinstance(command, click.Group):
+    if not isinstance(_command(path), click.Group):
         assert "Example" in result.stdout
     readme = (ROOT / "README.md").read_text()
     assert f"mrtr-state {' '.join(path)}" in readme
@@ -192,7 +206,12 @@ def test_every_rejection_reason_and_exit_code(ks: Path, tmp_path: Path) -> None:
         (["-p", "bob", "-r", "req-42", "-a", "fleet"], bound, 4, "error: principal mismatch"),
         (["-p", "alice", "-r", "req-1", "-a", "fleet"], bound, 4, "error: request mismatch"),
         (["-p", "alice", "-r", "req-42", "-a", "other"], bound, 4, "error: audience mismatch"),
-        ([], ms.mint(keyset, "x", ttl=60, now=now - 102), 3, "error: expired 42 s ago"),
+        (
+            [],
+            ms.mint(keyset, "x", ttl=60, now=now - 102),
+            3,
+            re.compile(r"error: expired 4[23] s ago"),
+        ),
         (
             [],
             ms.mint(keyset, "x", now=now + 3600),

@@ -74,7 +74,6 @@ def test_base64url_accepts_exactly_the_canonical_last_characters() -> None:
         ("minus-infinity", "-Infinity"),
         ("overflowing-float", '{"a":1e400}'),
         ("huge-integer", "1" * 5000),
-        ("long-integer", "1" * 65),
         ("too-deep", "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)),
         ("very-deep", "[" * 100_000 + "]" * 100_000),
         ("trailing-garbage", '{"a":1} x'),
@@ -124,7 +123,7 @@ def test_what_json_dumps_writes_json_loads_reads_back(value: object) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [float("nan"), float("inf"), {"x": object()}, 10**70],
+    [float("nan"), float("inf"), {"x": object()}, 10**5000],
     ids=["nan", "inf", "object", "long-int"],
 )
 def test_json_dumps_refuses_what_the_reader_would_refuse(value: object) -> None:

@@ -16,7 +16,7 @@ from joserfc.jwk import OctKey
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
 from mrtr_state._principal import principal_tag
-from mrtr_state.formats._primitives import AESGCM, hmac_sha256
+from mrtr_state.formats._primitives import AESGCM, hmac_key, hmac_sha256
 
 STATES: list[Any] = [None, 0, "text", ["list", 1.5], {"nested": {"ü": [True, None]}}]
 
@@ -57,7 +57,7 @@ def test_pyjwt_verifies_every_jws_we_mint(keyset: ms.Keyset, state: Any) -> None
 
 def test_a_token_pyjwt_signs_with_our_header_verifies_in_ours(keyset: ms.Keyset) -> None:
     key = keyset.primary("HS256")
-    claims = our_claims(aud="fleet", sub=principal_tag(key.secret, "alice"))
+    claims = our_claims(aud="fleet", sub=principal_tag(key, "alice"))
     token = jwt.encode(
         claims, key.secret, algorithm="HS256", headers={"kid": key.kid, "typ": "mrtr-state+jwt"}
     )
@@ -125,7 +125,11 @@ def test_duplicate_and_reordered_header_members_are_refused(keyset: ms.Keyset) -
     }
     for name, header in headers.items():
         signing_input = b64url_encode(header.encode()) + "." + payload
-        token = signing_input + "." + b64url_encode(hmac_sha256(key.secret, signing_input.encode()))
+        token = (
+            signing_input
+            + "."
+            + b64url_encode(hmac_sha256(hmac_key(key.secret), signing_input.encode()))
+        )
         with pytest.raises(ms.MalformedToken, match="jws header") as caught:
             ms.verify(keyset, token)
         message = str(caught.value)

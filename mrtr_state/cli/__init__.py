@@ -7,19 +7,47 @@ line on stderr; nothing here decides whether a token is valid.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
-from . import keys as keys_commands
-from . import tokens as token_commands
 from ._common import App, ErrorMappingGroup
+
+# Each command's module is imported only when that command runs: `mrtr-state verify` in a shell
+# loop should not pay for the key-lifecycle code.
+_COMMANDS = {
+    "keys": "keys:keys",
+    "rotate": "keys:rotate",
+    "mint": "tokens:mint",
+    "verify": "tokens:verify_cmd",
+    "inspect": "tokens:inspect_cmd",
+    "seal": "tokens:seal_cmd",
+    "unseal": "tokens:unseal_cmd",
+}
+
+
+class LazyGroup(ErrorMappingGroup):
+    """The top-level group: commands listed up front, their modules loaded on demand."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        command: click.Command = getattr(module, attribute)
+        return command
+
 
 # --- the group ------------------------------------------------------------------------------
 
 
-@click.group(cls=ErrorMappingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--keyset",
     "-k",
@@ -47,18 +75,6 @@ def cli(ctx: click.Context, keyset: Path | None, config: Path | None) -> None:
     5 replayed, 6 keyset or config error.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config)
-
-
-cli.add_command(keys_commands.keys)
-cli.add_command(keys_commands.rotate)
-for command in (
-    token_commands.mint,
-    token_commands.verify_cmd,
-    token_commands.inspect_cmd,
-    token_commands.seal_cmd,
-    token_commands.unseal_cmd,
-):
-    cli.add_command(command)
 
 
 def main() -> None:

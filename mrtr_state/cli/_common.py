@@ -138,7 +138,7 @@ def request_binding(
 
 def parse_json(text: str, what: str) -> Any:
     try:
-        return json_loads(text)
+        return json_loads(text.strip())
     except EncodingError as err:
         raise click.UsageError(f"{what} is not valid JSON: {err}") from None
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
 from ..errors import MalformedToken
+
+if TYPE_CHECKING:
+    from ..keyset import Key, Keyset
 
 TYP = "mrtr-state+jwt"
 _KID = re.compile(r"[0-9a-f]{8}")
@@ -40,6 +44,21 @@ class ExactHeader:
     def encode(self, kid: str) -> str:
         """The base64url header segment for ``kid``."""
         return b64url_encode(self._prefix + kid.encode("ascii") + self._suffix)
+
+    def key_for(self, keyset: Keyset, segment: str, alg: str) -> Key:
+        """The key whose exact header is ``segment``: one dictionary look-up on the hot path.
+
+        Anything else (a foreign header, an unknown or retired key) takes the slow path, which
+        names the precise reason.
+        """
+        by_header = keyset.derived(
+            f"{self.what}-headers",
+            lambda ks: {self.encode(key.kid): key for key in ks if key.alg == alg},
+        )
+        key = by_header.get(segment)
+        if key is None or key.status == "retired":
+            return keyset.verifying_key(self.kid_of(segment), alg)
+        return key
 
     def kid_of(self, segment: str) -> str:
         """The key id of an exact header segment; any other header is refused with its reason."""

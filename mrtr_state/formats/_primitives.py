@@ -6,7 +6,6 @@ vector probes, it is probed through exactly the code the formats run.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 
 from cryptography.exceptions import InvalidTag
@@ -14,9 +13,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import BadSignature
 
-__all__ = ["AESGCM", "gcm_open", "hmac_sha256", "mac_matches"]
-
-_SHA256 = hashlib.sha256
+__all__ = ["AESGCM", "gcm_open", "hmac_key", "hmac_sha256", "mac_matches"]
 
 
 def gcm_open(cipher: AESGCM, nonce: bytes, sealed: bytes, associated: bytes) -> bytes:
@@ -27,10 +24,23 @@ def gcm_open(cipher: AESGCM, nonce: bytes, sealed: bytes, associated: bytes) -> 
         raise BadSignature("authentication tag mismatch (tampered, truncated or forged)") from None
 
 
-def hmac_sha256(secret: bytes, data: bytes) -> bytes:
-    return hmac.digest(secret, data, _SHA256)
+def hmac_key(secret: bytes, prefix: bytes = b"") -> hmac.HMAC:
+    """An HMAC-SHA256 state keyed (and fed ``prefix``) once, to be copied for each message.
+
+    Copying a keyed state skips the per-message key schedule: about twice as fast as the
+    one-shot ``hmac.digest`` for token-sized messages.
+    """
+    return hmac.new(secret, prefix, "sha256")
 
 
-def mac_matches(secret: bytes, data: bytes, mac: bytes) -> bool:
+def hmac_sha256(keyed: hmac.HMAC, data: bytes) -> bytes:
+    state = keyed.copy()
+    state.update(data)
+    return state.digest()
+
+
+def mac_matches(keyed: hmac.HMAC, data: bytes, mac: bytes) -> bool:
     """Constant-time check of a full 32-byte HMAC-SHA256 ``mac`` over ``data``."""
-    return hmac.compare_digest(hmac.digest(secret, data, _SHA256), mac)
+    state = keyed.copy()
+    state.update(data)
+    return hmac.compare_digest(state.digest(), mac)

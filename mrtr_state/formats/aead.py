@@ -34,7 +34,7 @@ class AeadFormat:
 
     def seal(self, key: Key, plaintext: bytes) -> str:
         cipher = key.prepared(self.alg, AESGCM)
-        key_id = key.key_id
+        key_id = key.prepared("key-id", lambda _secret: key.key_id)
         nonce = os.urandom(12)
         sealed = cipher.encrypt(nonce, plaintext, _PREFIX_BYTES + key_id)
         return PREFIX + b64url_encode(key_id + nonce + sealed)

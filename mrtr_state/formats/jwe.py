@@ -54,22 +54,23 @@ class JweFormat:
             f"{b64url_encode(sealed[-_TAG:])}"
         )
 
-    def _segments(self, token: str) -> tuple[list[str], str]:
-        if detect_format(token) != self.name:
+    def _split(self, token: str) -> list[str]:
+        if token.count(".") != 4:
             raise WrongFormat(f"not a jwe token (it looks like {detect_format(token)})")
         segments = split_compact(token, 5, "jwe")
-        kid = HEADER.kid_of(segments[0])
         if segments[1]:
+            HEADER.kid_of(segments[0])  # a foreign header is the better reason, if there is one
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
-        return segments, kid
+        return segments
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        (header, _key, iv, ciphertext, tag), kid = self._segments(token)
-        key = keyset.verifying_key(kid, self.alg)
+        header, _key, iv, ciphertext, tag = self._split(token)
+        key = HEADER.key_for(keyset, header, self.alg)
         return key, _decrypt(key.prepared(self.alg, AESGCM), header, iv, ciphertext, tag)
 
     def anatomy(self, token: str) -> Anatomy:
-        (header, _key, iv, ciphertext, tag), kid = self._segments(token)
+        header, _key, iv, ciphertext, tag = self._split(token)
+        kid = HEADER.kid_of(header)
         size = len(decode_segment(ciphertext, "jwe ciphertext"))
         return Anatomy(
             format=self.name,

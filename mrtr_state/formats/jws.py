@@ -15,7 +15,7 @@ from .._encoding import b64url_encode
 from ..errors import BadSignature, MalformedToken, WrongFormat
 from . import Anatomy, detect_format
 from ._jose import ExactHeader, decode_segment, split_compact
-from ._primitives import hmac_sha256, mac_matches
+from ._primitives import hmac_key, hmac_sha256, mac_matches
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
@@ -31,26 +31,28 @@ class JwsFormat:
     def seal(self, key: Key, plaintext: bytes) -> str:
         header = key.prepared("jws-header", lambda _secret: HEADER.encode(key.kid))
         signing_input = header + "." + b64url_encode(plaintext)
-        return signing_input + "." + b64url_encode(hmac_sha256(key.secret, signing_input.encode()))
+        keyed = key.prepared(self.alg, hmac_key)
+        return signing_input + "." + b64url_encode(hmac_sha256(keyed, signing_input.encode()))
 
-    def _segments(self, token: str) -> tuple[str, str, str, str]:
-        if detect_format(token) != self.name:
+    def _split(self, token: str) -> list[str]:
+        if not (token.startswith("eyJ") and token.count(".") == 2):
             raise WrongFormat(f"not a jws token (it looks like {detect_format(token)})")
-        header, payload, signature = split_compact(token, 3, "jws")
-        return header, payload, signature, HEADER.kid_of(header)
+        return split_compact(token, 3, "jws")
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        header, payload, signature, kid = self._segments(token)
-        key = keyset.verifying_key(kid, self.alg)
+        header, payload, signature = self._split(token)
+        key = HEADER.key_for(keyset, header, self.alg)
         mac = decode_segment(signature, "jws signature")
         if len(mac) != 32:
             raise MalformedToken(f"jws signature is {len(mac)} bytes, HS256 makes 32")
-        if not mac_matches(key.secret, f"{header}.{payload}".encode("ascii"), mac):
+        keyed = key.prepared(self.alg, hmac_key)
+        if not mac_matches(keyed, f"{header}.{payload}".encode("ascii"), mac):
             raise BadSignature("signature mismatch (tampered, truncated or forged)")
         return key, decode_segment(payload, "jws payload")
 
     def anatomy(self, token: str) -> Anatomy:
-        header, payload, signature, kid = self._segments(token)
+        header, payload, signature = self._split(token)
+        kid = HEADER.kid_of(header)
         readable = decode_segment(payload, "jws payload")
         mac = decode_segment(signature, "jws signature")
         return Anatomy(
