@@ -176,21 +176,21 @@ def peer_rows(secret: bytes) -> list[Row]:
         print("itsdangerous not installed: skipped", file=sys.stderr)
     else:
         serializer = URLSafeTimedSerializer(secret)
-        token = serializer.dumps(claims)
+        its_token = serializer.dumps(claims)
         rows += [
             Row(
                 "itsdangerous URLSafeTimedSerializer",
                 "signed",
                 "mint",
                 timed(lambda: serializer.dumps(claims)),
-                len(token),
+                len(its_token),
             ),
             Row(
                 "itsdangerous URLSafeTimedSerializer",
                 "signed",
                 "verify",
-                timed(lambda: serializer.loads(token, max_age=300)),
-                len(token),
+                timed(lambda: serializer.loads(its_token, max_age=300)),
+                len(its_token),
             ),
         ]
     try:
@@ -198,14 +198,14 @@ def peer_rows(secret: bytes) -> list[Row]:
     except ImportError:
         print("PyJWT not installed: skipped", file=sys.stderr)
     else:
-        token = jwt.encode(claims, secret, algorithm="HS256", headers={"kid": "k1"})
+        jwt_token = jwt.encode(claims, secret, algorithm="HS256", headers={"kid": "k1"})
         rows += [
             Row(
                 "PyJWT HS256",
                 "signed",
                 "mint",
                 timed(lambda: jwt.encode(claims, secret, algorithm="HS256", headers={"kid": "k1"})),
-                len(token),
+                len(jwt_token),
             ),
             Row(
                 "PyJWT HS256",
@@ -213,10 +213,10 @@ def peer_rows(secret: bytes) -> list[Row]:
                 "verify",
                 timed(
                     lambda: jwt.decode(
-                        token, secret, algorithms=["HS256"], audience=BINDING["audience"]
+                        jwt_token, secret, algorithms=["HS256"], audience=BINDING["audience"]
                     )
                 ),
-                len(token),
+                len(jwt_token),
             ),
         ]
     from cryptography.fernet import Fernet
@@ -248,21 +248,21 @@ def peer_rows(secret: bytes) -> list[Row]:
     else:
         key = OctKey.import_key(secret)
         header = {"alg": "dir", "enc": "A256GCM", "kid": "k1"}
-        token = jwe.encrypt_compact(header, data, key)
+        jwe_token = jwe.encrypt_compact(header, data, key)
         rows += [
             Row(
                 "joserfc JWE dir/A256GCM",
                 "encrypted",
                 "mint",
                 timed(lambda: jwe.encrypt_compact(header, json.dumps(claims), key)),
-                len(token),
+                len(jwe_token),
             ),
             Row(
                 "joserfc JWE dir/A256GCM",
                 "encrypted",
                 "verify",
-                timed(lambda: json.loads(jwe.decrypt_compact(token, key).plaintext or b"")),
-                len(token),
+                timed(lambda: json.loads(jwe.decrypt_compact(jwe_token, key).plaintext or b"")),
+                len(jwe_token),
             ),
         ]
     return rows
