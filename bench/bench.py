@@ -280,6 +280,61 @@ def keyset_size_ratio() -> dict[str, float]:
     return {"verify_1_key_us": one, "verify_1000_keys_us": thousand, "ratio": thousand / one}
 
 
+def replay_rates(keyset: ms.Keyset) -> dict[str, float]:
+    """Single-use verification (verify + redeem) per second, per store."""
+    from mrtr_state.replay import MemoryStore, SqliteStore
+
+    rates: dict[str, float] = {}
+    count = 5000
+    with tempfile.TemporaryDirectory() as folder:
+        stores: dict[str, Any] = {
+            "memory": MemoryStore(),
+            "sqlite": SqliteStore(Path(folder) / "replay.db"),
+        }
+        redis_server = _start_redis(folder)
+        if redis_server is not None:
+            from mrtr_state.replay import RedisStore
+
+            stores["redis"] = RedisStore(redis_server[1])
+        try:
+            for name, store in stores.items():
+                tokens = [ms.mint(keyset, STATE, **BINDING) for _ in range(count)]
+                started = time.perf_counter()
+                for token in tokens:
+                    ms.verify(keyset, token, once=store, **BINDING)
+                rates[name] = count / (time.perf_counter() - started)
+        finally:
+            if redis_server is not None:
+                redis_server[0].terminate()
+                redis_server[0].wait(10)
+    return rates
+
+
+def _start_redis(folder: str) -> tuple[subprocess.Popen[bytes], str] | None:
+    import shutil
+    import socket
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        print("no redis-server binary: the redis --once row is skipped", file=sys.stderr)
+        return None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.05)
+    server.terminate()
+    return None
+
+
 def wall(command: list[str], runs: int = 15, stdin: bytes | None = None) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -359,6 +414,7 @@ def main() -> None:
         row.ratio = row.micros / limits[f"{row.kind}/{row.operation}"]
     rows.sort(key=lambda r: (r.operation, r.kind, r.micros))
     sizes = keyset_size_ratio()
+    once = replay_rates(keyset)
     aead_verify = next(
         r.micros for r in rows if r.name == "mrtr-state aead" and r.operation == "verify"
     )
@@ -386,11 +442,13 @@ def main() -> None:
         f"CLI batch verify: {cli['batch_tokens_per_s']:,.0f} tokens/s = "
         f"{cli['batch_vs_library']:.2f}× the library's {cli['library_verify_per_s']:,.0f}/s"
     )
+    print("single-use verify: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in once.items()))
     print(f"machine: {machine}")
     result = {
         "machine": machine,
         "rows": [{**asdict(r), "ops_per_second": r.ops_per_second} for r in rows],
         "keyset_size": sizes,
+        "once_per_second": once,
         "cli": cli,
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -400,7 +458,8 @@ def main() -> None:
         f"{cli['startup_ratio']:.2f}× `python -c 'import click, cryptography...aead'` "
         f"({cli['import_baseline_s'] * 1000:.0f} ms); `verify -` over {cli['batch_tokens']:,} "
         f"tokens: {cli['batch_tokens_per_s']:,.0f}/s = {cli['batch_vs_library']:.2f}× the "
-        f"library's {cli['library_verify_per_s']:,.0f}/s."
+        f"library's {cli['library_verify_per_s']:,.0f}/s. Single-use verification (verify "
+        "--once, aead): " + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in once.items()) + "."
     )
     where = (
         f"Python {machine['python']}, cryptography {machine['cryptography']}, "

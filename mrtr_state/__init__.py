@@ -31,6 +31,7 @@ from .errors import (
     OversizedToken,
     PrincipalMismatch,
     Replayed,
+    ReplayStoreError,
     RequestMismatch,
     TimeWindowError,
     UnknownKey,
@@ -38,6 +39,7 @@ from .errors import (
 )
 from .keyset import Key, Keyset
 from .policy import DEFAULT_POLICY, Policy
+from .replay import ReplayStore, open_store
 from .tokens import Inspection, Minted, inspect, issue, mint, seal, unseal, verify
 
 __version__ = "0.1.0"
@@ -71,6 +73,8 @@ __all__ = [
     "OversizedToken",
     "Policy",
     "PrincipalMismatch",
+    "ReplayStore",
+    "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
     "TimeWindowError",
@@ -81,6 +85,7 @@ __all__ = [
     "inspect",
     "issue",
     "mint",
+    "open_store",
     "request_id",
     "seal",
     "unseal",

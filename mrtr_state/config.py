@@ -13,6 +13,7 @@ to the file, so a config works the same from any working folder.
     max_size = 8192
     propagation = "1h"     # how long a new key stays pending before rotate promotes it
     retention = "61m"      # default: ttl_cap + 60 s of clock skew
+    replay_store = "sqlite:////var/lib/mcp/replay.db"   # for verify --once
 
 A keyset may also come inline from ``MRTR_STATE_KEYSET_JSON`` (containers that get secrets through
 the environment). It beats a keyset path from the environment or the file, not ``--keyset``, and
@@ -39,7 +40,8 @@ DEFAULT_KEYSET = Path("keys/keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("ttl", "ttl_cap", "max_size")
 _DURATIONS = ("propagation", "retention")
-_KNOWN = frozenset({"keyset", "format", "audience", *_INTEGERS, *_DURATIONS})
+_TEXTS = ("keyset", "format", "audience", "replay_store")
+_KNOWN = frozenset({*_TEXTS, *_INTEGERS, *_DURATIONS})
 KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
 ENV_PREFIX = "MRTR_STATE_"
 
@@ -55,6 +57,7 @@ class Settings:
     propagation: int = DEFAULT_PROPAGATION
     retention: int = default_retention()
     keyset_json: str | None = None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
+    replay_store: str = "memory:"
 
     @property
     def keyset_source(self) -> str:
@@ -141,7 +144,7 @@ def load_settings(
                 raise ConfigError(f"setting {name}: {err}") from None
         elif value is not None and (type(value) is not int or value < 0):
             raise ConfigError(f"setting {name} must be a duration, got {value!r}")
-    for name in ("keyset", "format", "audience"):
+    for name in _TEXTS:
         if name in merged and (not isinstance(merged[name], str) or not merged[name]):
             raise ConfigError(f"setting {name} must be a non-empty string")
     fmt = merged.get("format", "aead")
@@ -168,4 +171,5 @@ def load_settings(
         propagation=merged.get("propagation", DEFAULT_PROPAGATION),
         retention=merged.get("retention", default_retention(policy.ttl_cap, policy.skew)),
         keyset_json=None if flagged else inline,
+        replay_store=merged.get("replay_store", "memory:"),
     )

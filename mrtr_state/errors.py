@@ -38,6 +38,7 @@ __all__ = [
     "NotYetValid",
     "OversizedToken",
     "PrincipalMismatch",
+    "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
     "TimeWindowError",
@@ -195,3 +196,13 @@ class NoPrimaryKey(KeysetError):
 
 class ConfigError(KeysetError):
     code = "config_error"
+
+
+class ReplayStoreError(MrtrStateError):
+    """The single-use store cannot be reached or written: verification fails closed.
+
+    Not a token problem, so not an :class:`InvalidToken`; the operator must fix the store.
+    """
+
+    code = "replay_store_error"
+    exit_code = 6

@@ -22,12 +22,21 @@ from typing import TYPE_CHECKING, Any
 from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
 from ._principal import expected_tag, principal_tag
 from .claims import Claims, check_binding, check_lifetime, parse_claims
-from .errors import InvalidClaims, InvalidToken, MalformedToken, OversizedToken, WrongFormat
+from .errors import (
+    InvalidClaims,
+    InvalidToken,
+    MalformedToken,
+    OversizedToken,
+    Replayed,
+    WrongFormat,
+)
 from .formats import Anatomy, Format, detect_format, get_format
 from .policy import DEFAULT_POLICY, Policy
+from .replay import token_key
 
 if TYPE_CHECKING:
     from .keyset import Key, Keyset
+    from .replay import ReplayStore
 
 __all__ = ["Inspection", "Minted", "inspect", "issue", "mint", "seal", "unseal", "verify"]
 
@@ -203,18 +212,28 @@ def verify(
     format: str | None = None,
     now: float | None = None,
     policy: Policy = DEFAULT_POLICY,
+    once: ReplayStore | None = None,
 ) -> Claims:
     """Verify ``token`` and return its claims, or raise a subclass of :class:`InvalidToken`.
 
     State the same principal, request id and audience the token was minted with: a mismatch in
     either direction (a value the token lacks, or a bound value not stated) is refused.
+
+    With ``once`` (a store from :mod:`mrtr_state.replay`), a token is accepted at most once until
+    it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
+    so a token refused for any other reason is never recorded.
     """
     fmt, key, plaintext = _open(keyset, token, format, policy)
     claims = _claims_from(plaintext)
-    check_lifetime(claims, _now(now), policy)
+    moment = _now(now)
+    check_lifetime(claims, moment, policy)
     if principal is not None and claims.sub is not None and not fmt.confidential:
         principal = expected_tag(key, claims.sub, principal)
     check_binding(claims, sub=principal, aud=audience, rid=request_id)
+    if once is not None:
+        text = token if isinstance(token, str) else token.decode("ascii")
+        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
+            raise Replayed("replayed: this requestState was already redeemed")
     return claims
 
 

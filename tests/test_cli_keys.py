@@ -175,7 +175,7 @@ def test_list_shows_the_lifecycle_time_line(path: Path) -> None:
     run("--keyset", str(path), "keys", "add")
     table = run("--keyset", str(path), "keys", "list").stdout.splitlines()
     assert table[0].split() == ["KID", "ALG", "FORMAT", "STATUS", "SINCE", "LIFECYCLE"]
-    assert table[1].endswith("mints since 0s")
+    assert re.search(r"mints since [0-9]s$", table[1])
     assert re.search(r"verifies; promotable in (59m|1h)", table[2])
     listed = keys(path)
     assert listed[1]["timeline"].startswith("verifies; promotable in")

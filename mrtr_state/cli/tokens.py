@@ -13,6 +13,7 @@ from .. import _render
 from .._encoding import json_dumps
 from ..errors import InvalidToken, KeysetNotFound
 from ..keyset import Keyset
+from ..replay import open_store
 from ..tokens import inspect as inspect_token
 from ..tokens import issue, seal, unseal, verify
 from ._common import (
@@ -103,6 +104,13 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
 @click.command("verify")
 @format_option("Accept only this format [default: any, detected].")
 @binding_options
+@click.option("--once", is_flag=True, help="Single use: refuse (exit 5) a token seen before.")
+@click.option(
+    "--replay-store",
+    metavar="URL",
+    help="Where --once records tokens: memory:, sqlite:///PATH or redis://HOST:PORT/DB "
+    "[env MRTR_STATE_REPLAY_STORE; config 'replay_store'; default memory:].",
+)
 @json_option
 @click.argument("token")
 @pass_app
@@ -115,6 +123,8 @@ def verify_cmd(
     method: str | None,
     target: str | None,
     arguments: str | None,
+    once: bool,
+    replay_store: str | None,
     as_json: bool,
     token: str,
 ) -> None:
@@ -123,16 +133,20 @@ def verify_cmd(
     Text output is the state as JSON; --json prints every claim. A rejection names its reason on
     stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem). With -
     each input line gives one output line, the state or "rejected: REASON", and the exit code is
-    that of the first rejection.
+    that of the first rejection. With --once a token already redeemed exits 5; the default
+    memory: store only spans one run (e.g. one "verify -" over a file), so use sqlite:/// or
+    redis:// to span processes, and an unreachable store exits 6.
 
     \b
     Examples:
       mrtr-state verify -p alice -r req-42 "$TOKEN"
       mrtr-state verify --json --audience fleet - < captured-tokens.txt
+      mrtr-state verify --once --replay-store sqlite:////var/lib/mcp/replay.db "$TOKEN"
     """
-    settings = app.settings(audience=audience)
+    settings = app.settings(audience=audience, replay_store=replay_store)
     rid = request_binding(request_id, method, target, arguments)
     keyset = app.keyset(settings)
+    store = open_store(settings.replay_store) if once else None
 
     def check(text: str) -> dict[str, Any]:
         claims = verify(
@@ -143,6 +157,7 @@ def verify_cmd(
             audience=settings.audience,
             format=fmt,
             policy=settings.policy,
+            once=store,
         )
         return claims.to_dict()
 
