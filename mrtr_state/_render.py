@@ -70,9 +70,10 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
         lines.append(_row("payload", f"sealed, {view.sealed_bytes} bytes (use unseal)"))
     claims = view.claims
     if claims is not None:
-        shown = {k: v for k, v in claims.items() if k != "st"}
+        state_member = {"mcp-py": "s", "mcp-ts": "p"}.get(anatomy.format, "st")
+        shown = {k: v for k, v in claims.items() if k != state_member}
         lines.append(_row("claims", json.dumps(shown, ensure_ascii=False)))
-        lines.append(_row("state", json.dumps(claims.get("st"), ensure_ascii=False)))
+        lines.append(_row("state", json.dumps(claims.get(state_member), ensure_ascii=False)))
         lines.extend(_time_line(claims, now))
     elif anatomy.confidential and view.key_status in (None, "unknown"):
         lines.append(_row("claims", "encrypted; a keyset holding this key can read them"))
@@ -88,16 +89,16 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
 
 def _time_line(claims: dict[str, Any], now: float) -> list[str]:
     iat, exp = claims.get("iat"), claims.get("exp")
-    if type(iat) is not int or type(exp) is not int:
+    if not isinstance(exp, int | float) or not isinstance(iat, int | float | None):
         return []
     if now < exp:
         left = click.style(f"expires in {format_duration(exp - now)}", fg="green")
     else:
         left = click.style(f"expired {format_duration(now - exp)} ago", fg="red")
-    return [
-        _row("issued", timestamp(iat, now)),
-        _row("expires", f"{timestamp(exp, now)} ({left}, lifetime {format_duration(exp - iat)})"),
-    ]
+    lines = [] if iat is None else [_row("issued", timestamp(iat, now))]
+    lifetime = "" if iat is None else f", lifetime {format_duration(exp - iat)}"
+    lines.append(_row("expires", f"{timestamp(exp, now)} ({left}{lifetime})"))
+    return lines
 
 
 def key_table(keys: Iterable[Key], *, now: float, timeline: Callable[[Key], str]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +45,19 @@ class Claims:
     """The verified content of a token. ``state`` is what the server asked to carry."""
 
     state: Any
-    iat: int
-    exp: int
-    jti: str
+    iat: float | None
+    exp: float
+    jti: str | None
     sub: str | None = None
     aud: str | None = None
     rid: str | None = None
+    #: For the SDK formats, the envelope exactly as the token carries it.
+    raw: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Claims under their JWT names, in the order they are minted."""
+        """Claims under their JWT names, in the order they are minted (SDK envelopes as is)."""
+        if self.raw is not None:
+            return dict(self.raw)
         out: dict[str, Any] = {"iat": self.iat, "exp": self.exp, "jti": self.jti}
         for name in ("sub", "aud", "rid"):
             value = getattr(self, name)
@@ -117,6 +122,8 @@ def parse_claims(document: Any) -> Claims:
 
 def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
     """Accept only ``0 < exp - iat <= ttl_cap``, ``iat <= now + skew`` and ``now < exp``."""
+    if claims.iat is None:
+        raise InvalidClaims("claims lack iat")
     lifetime = claims.exp - claims.iat
     if not 0 < lifetime <= policy.ttl_cap:
         raise InvalidClaims(

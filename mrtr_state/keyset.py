@@ -14,6 +14,7 @@ Secrets never appear in ``repr``, ``str`` or error messages.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -33,16 +34,55 @@ from .errors import (
     WrongFormat,
 )
 
-__all__ = ["ALGORITHMS", "STATUSES", "Key", "Keyset"]
+__all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
 T = TypeVar("T")
 
-#: Key algorithm -> (format that uses it, secret length in bytes).
+#: Key algorithm -> (format that uses it, length of a generated secret in bytes).
 ALGORITHMS: Mapping[str, tuple[str, int]] = {
     "A256GCM": ("aead", 32),
     "HS256": ("jws", 32),
     "dir+A256GCM": ("jwe", 32),
+    "mcp-py-v1": ("mcp-py", 32),
+    "mcp-ts-v1": ("mcp-ts", 32),
 }
+#: The algorithms of mrtr-state's own formats: what ``keys init`` makes by default.
+OWN_ALGORITHMS = ("A256GCM", "HS256", "dir+A256GCM")
+#: The official SDKs take operator secrets "as given", at least 32 bytes; our formats use keys.
+SDK_SECRET_BYTES = (32, 4096)
+_SDK_KDF_INFO = b"mcp/request-state/v1/aes-256-gcm"
+
+
+def secret_length_ok(alg: str, secret: bytes) -> bool:
+    if alg in OWN_ALGORITHMS:
+        return len(secret) == ALGORITHMS[alg][1]
+    low, high = SDK_SECRET_BYTES
+    return low <= len(secret) <= high
+
+
+def sdk_aes_key(secret: bytes) -> bytes:
+    """The AES-256 key the MCP Python SDK derives from an operator secret (HKDF-SHA256)."""
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=_SDK_KDF_INFO).derive(secret)
+
+
+def derived_kid(alg: str, secret: bytes) -> str | None:
+    """The key id an SDK secret implies (its tokens carry it, or it names the key), else None.
+
+    mcp-py tokens carry SHA-256("mcp/request-state/v1/kid:" ‖ derived key)[:4], so the keyset must
+    use the same id to route them; mcp-ts tokens carry none, and the id only names the key.
+    """
+    if alg == "mcp-py-v1":
+        digest = hashlib.sha256(b"mcp/request-state/v1/kid:" + sdk_aes_key(secret)).digest()
+    elif alg == "mcp-ts-v1":
+        digest = hashlib.sha256(b"mrtr-state/mcp-ts/kid:" + secret).digest()
+    else:
+        return None
+    return digest[:4].hex()
+
+
 STATUSES = ("pending", "primary", "active", "retired")
 _KID = re.compile(r"[0-9a-f]{8}")
 _KEY_MEMBERS = frozenset({"kty", "kid", "alg", "k", "status", "since"})
@@ -108,10 +148,11 @@ class Key:
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
         at = int(time.time()) if now is None else now
+        secret = os.urandom(ALGORITHMS[alg][1])
         return cls(
-            kid=kid,
+            kid=derived_kid(alg, secret) or kid,
             alg=alg,
-            secret=os.urandom(ALGORITHMS[alg][1]),
+            secret=secret,
             status=status,
             since={status: at},
         )
@@ -143,11 +184,21 @@ class Keyset:
             raise KeysetInvalid(
                 f"{where}: unknown alg {key.alg!r}; use one of {', '.join(ALGORITHMS)}"
             )
-        wanted = ALGORITHMS[key.alg][1]
-        if len(key.secret) != wanted:
+        if not secret_length_ok(key.alg, key.secret):
+            wanted = (
+                f"a {ALGORITHMS[key.alg][1]}-byte"
+                if key.alg in OWN_ALGORITHMS
+                else "a {}..{}-byte".format(*SDK_SECRET_BYTES)
+            )
             raise KeysetInvalid(
-                f"{where}: {key.alg} needs a {wanted}-byte secret, this one has "
-                f"{len(key.secret)}; generate a new key with: mrtr-state keys init --force"
+                f"{where}: {key.alg} needs {wanted} secret, this one has {len(key.secret)}; "
+                "generate a new key with: mrtr-state keys add --alg " + key.alg
+            )
+        implied = derived_kid(key.alg, key.secret)
+        if implied is not None and implied != key.kid:
+            raise KeysetInvalid(
+                f"{where}: the id of a {key.alg} key is derived from its secret ({implied}); "
+                "re-import the secret with: mrtr-state keys import"
             )
         if key.status not in STATUSES:
             raise KeysetInvalid(
@@ -224,7 +275,7 @@ class Keyset:
         return changed
 
     @classmethod
-    def generate(cls, algs: Iterable[str] = tuple(ALGORITHMS), *, now: int | None = None) -> Keyset:
+    def generate(cls, algs: Iterable[str] = OWN_ALGORITHMS, *, now: int | None = None) -> Keyset:
         """A new keyset holding one fresh primary key per algorithm."""
         keys: list[Key] = []
         for alg in algs:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
 from ._principal import expected_tag, principal_tag
 from .claims import Claims, check_binding, check_lifetime, parse_claims
+from .claims import request_id as make_request_id
 from .errors import (
     InvalidClaims,
     InvalidToken,
@@ -54,7 +55,7 @@ class Minted:
     claims: Claims
 
     @property
-    def expires_at(self) -> int:
+    def expires_at(self) -> float:
         return self.claims.exp
 
 
@@ -125,6 +126,9 @@ def _fit(token: str, policy: Policy, what: str) -> str:
     return token
 
 
+_SDK_FORMATS = frozenset({"mcp-py", "mcp-ts"})
+
+
 def _seal_claims(
     keyset: Keyset,
     state: Any,
@@ -135,10 +139,17 @@ def _seal_claims(
     format: str,
     now: float | None,
     policy: Policy,
+    request: _Request | None = None,
 ) -> tuple[str, Key, dict[str, Any]]:
     """Build the claims and seal them: the whole of minting, kept lean for the hot path."""
     fmt = get_format(format)
     key = keyset.primary(fmt.alg)
+    if format in _SDK_FORMATS:
+        return _seal_sdk(fmt, key, state, principal, audience, ttl, now, policy, request)
+    if request is not None and request_id is None and request.method is not None:
+        request_id = make_request_id(
+            method=request.method, target=request.target, arguments=request.arguments
+        )
     iat = int(time.time() if now is None else now)
     claims: dict[str, Any] = {
         "iat": iat,
@@ -154,6 +165,59 @@ def _seal_claims(
         claims["rid"] = _check_text("request id", request_id)
     claims["st"] = state
     return _fit(fmt.seal(key, json_bytes(claims)), policy, "this state"), key, claims
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The request an SDK token binds (method, target, arguments) and the mcp-ts bind value."""
+
+    method: str | None = None
+    target: str | None = None
+    arguments: Any = None
+    bind: str | None = None
+
+
+def _request(
+    method: str | None, target: str | None, arguments: Any, bind: str | None
+) -> _Request | None:
+    if method is None and target is None and arguments is None and bind is None:
+        return None
+    return _Request(method, target, arguments, bind)
+
+
+def _seal_sdk(
+    fmt: Format,
+    key: Key,
+    state: Any,
+    principal: str | None,
+    audience: str | None,
+    ttl: int | None,
+    now: float | None,
+    policy: Policy,
+    request: _Request | None,
+) -> tuple[str, Key, dict[str, Any]]:
+    from . import sdk_envelopes as sdk
+
+    moment = time.time() if now is None else now
+    lifetime = _check_ttl(ttl, policy)
+    wanted = request or _Request()
+    if fmt.name == "mcp-py":
+        plaintext = sdk.mcp_py_envelope(
+            state,
+            now=moment,
+            ttl=lifetime,
+            method=wanted.method,
+            target=wanted.target,
+            arguments=wanted.arguments,
+            audience=audience,
+            principal=principal,
+        )
+    else:
+        if principal is not None or audience is not None:
+            raise ValueError("mcp-ts tokens bind nothing but a bind value (--bind)")
+        plaintext = sdk.mcp_ts_envelope(state, key=key, now=moment, ttl=lifetime, bind=wanted.bind)
+    document = json_loads(plaintext)
+    return _fit(fmt.seal(key, plaintext), policy, "this state"), key, document
 
 
 def _check_text(name: str, value: str) -> str:
@@ -173,12 +237,36 @@ def issue(
     format: str = DEFAULT_FORMAT,
     now: float | None = None,
     policy: Policy = DEFAULT_POLICY,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    bind: str | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
     token, key, claims = _seal_claims(
-        keyset, state, principal, request_id, audience, ttl, format, now, policy
+        keyset,
+        state,
+        principal,
+        request_id,
+        audience,
+        ttl,
+        format,
+        now,
+        policy,
+        _request(method, target, arguments, bind),
     )
-    return Minted(token=token, kid=key.kid, format=format, claims=parse_claims(claims))
+    if format in _SDK_FORMATS:
+        parsed = Claims(
+            state=claims.get("s", claims.get("p")),
+            iat=claims.get("iat"),
+            exp=claims["exp"],
+            jti=None,
+            aud=claims.get("aud"),
+            raw=claims,
+        )
+    else:
+        parsed = parse_claims(claims)
+    return Minted(token=token, kid=key.kid, format=format, claims=parsed)
 
 
 def mint(
@@ -192,14 +280,32 @@ def mint(
     format: str = DEFAULT_FORMAT,
     now: float | None = None,
     policy: Policy = DEFAULT_POLICY,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    bind: str | None = None,
 ) -> str:
     """Mint a requestState token carrying ``state`` (any JSON value) under the primary key.
 
-    Bind it to everything the retry must match: the authenticated ``principal``, the
-    ``request_id`` of the originating request (see :func:`mrtr_state.request_id`) and the
-    ``audience`` (this server or fleet). It expires ``ttl`` seconds from ``now``.
+    Bind it to everything the retry must match: the authenticated ``principal``, the originating
+    request (``request_id``, or ``method``/``target``/``arguments``, which are fingerprinted; see
+    :func:`mrtr_state.request_id`) and the ``audience`` (this server or fleet). It expires
+    ``ttl`` seconds from ``now``. The SDK formats bind what their SDKs bind: ``mcp-py`` the
+    method, target, arguments, audience and principal (its state is a string); ``mcp-ts`` an
+    optional ``bind`` value.
     """
-    return _seal_claims(keyset, state, principal, request_id, audience, ttl, format, now, policy)[0]
+    return _seal_claims(
+        keyset,
+        state,
+        principal,
+        request_id,
+        audience,
+        ttl,
+        format,
+        now,
+        policy,
+        _request(method, target, arguments, bind),
+    )[0]
 
 
 def verify(
@@ -213,28 +319,72 @@ def verify(
     now: float | None = None,
     policy: Policy = DEFAULT_POLICY,
     once: ReplayStore | None = None,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    bind: str | None = None,
 ) -> Claims:
     """Verify ``token`` and return its claims, or raise a subclass of :class:`InvalidToken`.
 
-    State the same principal, request id and audience the token was minted with: a mismatch in
-    either direction (a value the token lacks, or a bound value not stated) is refused.
+    State the same principal, request (``request_id``, or ``method``/``target``/``arguments``)
+    and audience the token was minted with: a mismatch in either direction (a value the token
+    lacks, or a bound value not stated) is refused. Tokens of the official SDKs are checked
+    exactly as their SDKs check them (see :mod:`mrtr_state.sdk_envelopes`).
 
     With ``once`` (a store from :mod:`mrtr_state.replay`), a token is accepted at most once until
     it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
     so a token refused for any other reason is never recorded.
     """
     fmt, key, plaintext = _open(keyset, token, format, policy)
-    claims = _claims_from(plaintext)
     moment = _now(now)
-    check_lifetime(claims, moment, policy)
-    if principal is not None and claims.sub is not None and not fmt.confidential:
-        principal = expected_tag(key, claims.sub, principal)
-    check_binding(claims, sub=principal, aud=audience, rid=request_id)
+    if fmt.name in _SDK_FORMATS:
+        claims = _check_sdk(
+            fmt.name,
+            key,
+            plaintext,
+            moment,
+            principal,
+            audience,
+            _request(method, target, arguments, bind),
+        )
+    else:
+        if request_id is None and method is not None:
+            request_id = make_request_id(method=method, target=target, arguments=arguments)
+        claims = _claims_from(plaintext)
+        check_lifetime(claims, moment, policy)
+        if principal is not None and claims.sub is not None and not fmt.confidential:
+            principal = expected_tag(key, claims.sub, principal)
+        check_binding(claims, sub=principal, aud=audience, rid=request_id)
     if once is not None:
         text = token if isinstance(token, str) else token.decode("ascii")
         if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
             raise Replayed("replayed: this requestState was already redeemed")
     return claims
+
+
+def _check_sdk(
+    name: str,
+    key: Key,
+    plaintext: bytes,
+    now: float,
+    principal: str | None,
+    audience: str | None,
+    request: _Request | None,
+) -> Claims:
+    from . import sdk_envelopes as sdk
+
+    wanted = request or _Request()
+    if name == "mcp-py":
+        return sdk.check_mcp_py(
+            plaintext,
+            now=now,
+            method=wanted.method,
+            target=wanted.target,
+            arguments=wanted.arguments,
+            audience=audience,
+            principal=principal,
+        )
+    return sdk.check_mcp_ts(plaintext, key=key, now=now, bind=wanted.bind)
 
 
 def seal(
@@ -244,7 +394,11 @@ def seal(
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
     fmt = get_format(format)
-    return _fit(fmt.seal(keyset.primary(fmt.alg), _SEALED + bytes(payload)), policy, "this payload")
+    if fmt.name == "mcp-ts":
+        raise ValueError("the mcp-ts format signs JSON payloads only; mint instead of seal")
+    # The Python SDK's codec seals bytes as they are: no marker, for interoperability.
+    marked = bytes(payload) if fmt.name == "mcp-py" else _SEALED + bytes(payload)
+    return _fit(fmt.seal(keyset.primary(fmt.alg), marked), policy, "this payload")
 
 
 def unseal(
@@ -255,7 +409,11 @@ def unseal(
     policy: Policy = DEFAULT_POLICY,
 ) -> bytes:
     """The payload of a token made by :func:`seal`, after checking its tag or MAC."""
-    _fmt, _key, plaintext = _open(keyset, token, format, policy)
+    fmt, _key, plaintext = _open(keyset, token, format, policy)
+    if fmt.name == "mcp-py":
+        return plaintext  # the SDK codec's unseal: whatever bytes were sealed
+    if fmt.name == "mcp-ts":
+        raise WrongFormat("mcp-ts tokens hold a signed JSON body, not a sealed payload; verify")
     if plaintext[:1] != _SEALED:
         raise WrongFormat("this token holds claims, not a sealed payload; use verify")
     return plaintext[1:]
@@ -319,11 +477,14 @@ def inspect(
     fmt = get_format(detect_format(text))
     anatomy = fmt.anatomy(text)
     notes: list[str] = []
-    if not anatomy.confidential:
+    sdk = fmt.name in _SDK_FORMATS
+    if fmt.name == "jws":
         notes.append(
             "the payload is readable by anyone holding the token; its sub is a salted keyed "
             "tag of the principal, never the principal itself"
         )
+    elif fmt.name == "mcp-ts":
+        notes.append("signed, not encrypted: the client can read the payload")
     claims_view = _readable_claims(anatomy)
     if keyset is None:
         notes.insert(0, "no keyset: nothing was verified")
@@ -332,8 +493,17 @@ def inspect(
     sealed_bytes: int | None = None
     problem: InvalidToken | None = None
     try:
-        _key, plaintext = fmt.open(keyset, text)
-        if plaintext[:1] == _SEALED:
+        key, plaintext = fmt.open(keyset, text)
+        if sdk:
+            from .sdk_envelopes import lifetime_problem
+
+            document = json_loads(plaintext) if plaintext[:1] == b"{" else None
+            claims_view = document if isinstance(document, dict) else None
+            notes.append("the SDK's bindings (request, audience, principal) were not checked")
+            found = lifetime_problem(claims_view, _now(now))
+            if found is not None:
+                raise found
+        elif plaintext[:1] == _SEALED:
             sealed_bytes = len(plaintext) - 1
             notes.append("sealed payload: no claims, no expiry, no binding")
         else:
@@ -343,6 +513,8 @@ def inspect(
             check_lifetime(claims, _now(now), policy)
     except InvalidToken as err:
         problem = err
+    except EncodingError as err:
+        problem = InvalidClaims(f"envelope: {err}")
     return Inspection(
         anatomy=anatomy,
         verified=problem is None,

@@ -16,7 +16,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from .._encoding import EncodingError, json_dumps, json_loads
-from ..claims import request_id as make_request_id
 from ..config import KEYSET_JSON_ENV, Settings, load_settings
 from ..durations import parse_duration
 from ..errors import KeysetError, MrtrStateError
@@ -115,6 +114,7 @@ def binding_options(func: F) -> F:
         ),
         click.option("--target", metavar="T", help="Tool name, prompt name or resource URI."),
         click.option("--arguments", metavar="JSON", help="Request arguments as a JSON object."),
+        click.option("--bind", metavar="VALUE", help="mcp-ts only: the SDK's bind value."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -122,18 +122,26 @@ def binding_options(func: F) -> F:
 
 
 def request_binding(
-    request_id: str | None, method: str | None, target: str | None, arguments: str | None
-) -> str | None:
+    request_id: str | None,
+    method: str | None,
+    target: str | None,
+    arguments: str | None,
+    bind: str | None = None,
+) -> dict[str, Any]:
+    """The request-binding keyword arguments of mint and verify, from the command line."""
     if request_id is not None and (method or target or arguments):
         raise click.UsageError("give --request-id or --method/--target/--arguments, not both")
-    if request_id is not None:
-        return request_id
-    if method is None and target is None and arguments is None:
-        return None
-    if not method or not target:
-        raise click.UsageError("a request fingerprint needs both --method and --target")
-    parsed = None if arguments is None else parse_json(arguments, "--arguments")
-    return make_request_id(method=method, target=target, arguments=parsed)
+    if (method is None) != (target is None):
+        raise click.UsageError("a request binding needs both --method and --target")
+    if arguments is not None and method is None:
+        raise click.UsageError("--arguments needs --method and --target")
+    return {
+        "request_id": request_id,
+        "method": method,
+        "target": target,
+        "arguments": None if arguments is None else parse_json(arguments, "--arguments"),
+        "bind": bind,
+    }
 
 
 def parse_json(text: str, what: str) -> Any:

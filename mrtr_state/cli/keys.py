@@ -17,7 +17,7 @@ from .. import lifecycle as life
 from ..durations import format_duration
 from ..errors import KeysetError
 from ..formats import get_format
-from ..keyset import ALGORITHMS, Key, Keyset
+from ..keyset import ALGORITHMS, OWN_ALGORITHMS, Key, Keyset, derived_kid, secret_length_ok
 from ._common import (
     App,
     ErrorMappingGroup,
@@ -82,7 +82,7 @@ def keys_init(app: App, algs: tuple[str, ...], force: bool, as_json: bool) -> No
     """
     settings = app.settings()
     path = app.writable_path(settings)
-    keyset = Keyset.generate(algs or tuple(ALGORITHMS))
+    keyset = Keyset.generate(algs or OWN_ALGORITHMS)
     keyset.save(path, overwrite=force)
     if as_json:
         emit_json({"keyset": str(path), "keys": [key.describe() for key in keyset]})
@@ -152,11 +152,11 @@ def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bo
     settings = app.settings()
     path = app.writable_path(settings)
     secret = _read_secret(secret_file)
-    wanted = ALGORITHMS[alg][1]
-    if len(secret) != wanted:
+    if not secret_length_ok(alg, secret):
+        wanted = f"exactly {ALGORITHMS[alg][1]}" if alg in OWN_ALGORITHMS else "at least 32"
         raise click.UsageError(
-            f"{alg} needs exactly {wanted} secret bytes; {secret_file} holds {len(secret)} "
-            "(if it is base64 or hex text, decode it to raw bytes first)"
+            f"{alg} needs {wanted} secret bytes; {secret_file} holds {len(secret)} "
+            "(if it is base64 or hex text for one of our formats, decode it to raw bytes first)"
         )
     imported: list[Key] = []
 
@@ -166,7 +166,11 @@ def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bo
             "pending" if any(k.alg == alg and k.status == "primary" for k in current) else "primary"
         )
         key = Key(
-            kid=current.fresh_kid(), alg=alg, secret=secret, status=status, since={status: now}
+            kid=derived_kid(alg, secret) or current.fresh_kid(),
+            alg=alg,
+            secret=secret,
+            status=status,
+            since={status: now},
         )
         changed = current.with_keys([*current, key])
         if primary and status != "primary":

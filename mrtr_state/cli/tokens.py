@@ -11,6 +11,7 @@ import click
 
 from .. import _render
 from .._encoding import json_dumps
+from ..claims import Claims
 from ..errors import InvalidToken, KeysetNotFound
 from ..keyset import Keyset
 from ..replay import open_store
@@ -58,6 +59,7 @@ def mint(
     method: str | None,
     target: str | None,
     arguments: str | None,
+    bind: str | None,
     ttl: int | None,
     state: str | None,
     as_json: bool,
@@ -71,14 +73,14 @@ def mint(
           --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
     """
     settings = app.settings(format=fmt, audience=audience)
-    rid = request_binding(request_id, method, target, arguments)
+    request = request_binding(request_id, method, target, arguments, bind)
     carried = read_state(state)
     keyset = app.keyset(settings)
     minted = issue(
         keyset,
         carried,
         principal=principal,
-        request_id=rid,
+        **request,
         ttl=ttl,
         audience=settings.audience,
         format=settings.format,
@@ -123,6 +125,7 @@ def verify_cmd(
     method: str | None,
     target: str | None,
     arguments: str | None,
+    bind: str | None,
     once: bool,
     replay_store: str | None,
     as_json: bool,
@@ -144,22 +147,21 @@ def verify_cmd(
       mrtr-state verify --once --replay-store sqlite:////var/lib/mcp/replay.db "$TOKEN"
     """
     settings = app.settings(audience=audience, replay_store=replay_store)
-    rid = request_binding(request_id, method, target, arguments)
+    request = request_binding(request_id, method, target, arguments, bind)
     keyset = app.keyset(settings)
     store = open_store(settings.replay_store) if once else None
 
-    def check(text: str) -> dict[str, Any]:
-        claims = verify(
+    def check(text: str) -> Claims:
+        return verify(
             keyset,
             text,
             principal=principal,
-            request_id=rid,
+            **request,
             audience=settings.audience,
             format=fmt,
             policy=settings.policy,
             once=store,
         )
-        return claims.to_dict()
 
     if token == "-":
         raise click.exceptions.Exit(_verify_lines(check, sys.stdin, as_json))
@@ -170,14 +172,12 @@ def verify_cmd(
             emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
         fail(str(err), err.exit_code)
     if as_json:
-        emit_json(_verify_result(claims))
+        emit_json(_verify_result(claims.to_dict()))
     else:
-        click.echo(json_dumps(claims["st"]))
+        click.echo(json_dumps(claims.state))
 
 
-def _verify_lines(
-    check: Callable[[str], dict[str, Any]], lines: Iterator[str] | Any, as_json: bool
-) -> int:
+def _verify_lines(check: Callable[[str], Claims], lines: Iterator[str] | Any, as_json: bool) -> int:
     """Verify one token per line; one result line each. Returns the exit code."""
     first_failure = 0
     out = sys.stdout
@@ -204,9 +204,9 @@ def _verify_lines(
                 out.write(f"rejected: {err}\n")
             continue
         if as_json:
-            out.write(json_dumps({"line": number, **_verify_result(claims)}) + "\n")
+            out.write(json_dumps({"line": number, **_verify_result(claims.to_dict())}) + "\n")
         else:
-            out.write(json_dumps(claims["st"]) + "\n")
+            out.write(json_dumps(claims.state) + "\n")
     out.flush()
     return first_failure
 

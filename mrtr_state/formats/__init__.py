@@ -18,7 +18,7 @@ from ..errors import MalformedToken, WrongFormat
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-__all__ = ["FORMAT_NAMES", "Anatomy", "Format", "detect_format", "get_format"]
+__all__ = ["FORMAT_NAMES", "OWN_FORMAT_NAMES", "Anatomy", "Format", "detect_format", "get_format"]
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,10 @@ class Format(Protocol):
         ...
 
 
-_MODULES = {"aead": "aead", "jws": "jws", "jwe": "jwe"}
+_MODULES = {"aead": "aead", "jws": "jws", "jwe": "jwe", "mcp-py": "mcp_py", "mcp-ts": "mcp_ts"}
 FORMAT_NAMES = tuple(_MODULES)
+#: mrtr-state's own formats, with its claims; the others are the official SDKs' wire formats.
+OWN_FORMAT_NAMES = ("aead", "jws", "jwe")
 _loaded: dict[str, Format] = {}
 
 

@@ -1,0 +1,80 @@
+"""``mcp-ts``: the requestState tokens of the TypeScript SDK's ``createRequestStateCodec``.
+
+    v1. + b64url(body JSON) + . + b64url(HMAC-SHA256(secret, "v1." + b64url(body JSON)))
+
+Signed, not encrypted: the client can read the body. The secret is used raw. The token carries
+no key id (the SDK has one key), so the verifier checks the MAC under each usable mcp-ts key of
+the keyset, primary first; there is rarely more than one, and never more than rotation makes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._encoding import b64url_encode
+from ..errors import BadSignature, MalformedToken, UnknownKey, WrongFormat
+from . import Anatomy
+from ._jose import decode_segment, split_compact
+from ._primitives import hmac_key, hmac_sha256, mac_matches
+
+if TYPE_CHECKING:
+    from ..keyset import Key, Keyset
+
+PREFIX = "v1."
+
+
+class McpTsFormat:
+    name = "mcp-ts"
+    alg = "mcp-ts-v1"
+    confidential = False
+
+    def seal(self, key: Key, plaintext: bytes) -> str:
+        signed = PREFIX + b64url_encode(plaintext)
+        mac = hmac_sha256(key.prepared(self.alg, hmac_key), signed.encode("ascii"))
+        return signed + "." + b64url_encode(mac)
+
+    def _split(self, token: str) -> tuple[str, str]:
+        if not token.startswith(PREFIX) or token.count(".") != 2:
+            raise WrongFormat("not an mcp-ts token (v1.BODY.MAC)")
+        _prefix, body, mac = split_compact(token, 3, "mcp-ts")
+        return body, mac
+
+    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
+        body, mac_text = self._split(token)
+        mac = decode_segment(mac_text, "mcp-ts MAC")
+        if len(mac) != 32:
+            raise MalformedToken(f"mcp-ts MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
+        candidates = sorted(
+            (k for k in keyset if k.alg == self.alg and k.can_verify),
+            key=lambda k: k.status != "primary",
+        )
+        if not candidates:
+            raise UnknownKey(
+                "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "
+                "mrtr-state keys import --alg mcp-ts-v1 --secret-file FILE"
+            )
+        signed = (PREFIX + body).encode("ascii")
+        for key in candidates:
+            if mac_matches(key.prepared(self.alg, hmac_key), signed, mac):
+                return key, decode_segment(body, "mcp-ts body")
+        raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+
+    def anatomy(self, token: str) -> Anatomy:
+        body, mac = self._split(token)
+        readable = decode_segment(body, "mcp-ts body")
+        decode_segment(mac, "mcp-ts MAC")
+        return Anatomy(
+            format=self.name,
+            kid="",
+            segments=(("prefix", PREFIX), ("body", body), (".", "."), ("MAC", mac)),
+            fields=(
+                ("key id", "none (mcp-ts tokens carry no key id)"),
+                ("body", f"{len(readable)} bytes, readable by anyone"),
+                ("MAC", "HMAC-SHA256 under the raw SDK secret"),
+            ),
+            confidential=False,
+            readable=readable,
+        )
+
+
+FORMAT = McpTsFormat()

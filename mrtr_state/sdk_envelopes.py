@@ -1,0 +1,225 @@
+"""The claims envelopes of the official MCP SDKs, checked exactly as the SDKs check them.
+
+``mcp-py`` (Python SDK): ``{"v":1,"iat","exp","m","t","a","s","aud"?,"p"?}``, written by
+``json.dumps`` with ``,``/``:`` separators and non-ASCII escaped; ``iat``/``exp`` are float
+seconds; ``iat`` may be up to 60 s in the future; ``m``/``t``/``a`` bind the method, the target
+(tool or prompt name, or resource URI) and the arguments digest; ``aud`` and ``p`` bind the
+audience and the principal, fail-closed both ways. ``p`` is b64url(salt (8) ‖ SHA-256(
+``mcp/request-state/principal:`` ‖ salt ‖ principal)[:16]).
+
+``mcp-ts`` (TypeScript SDK): ``{"p": payload, "exp": unix seconds, "b"?: bind tag}`` with
+bind tag = b64url(HMAC-SHA256(secret, ``mcp.requestState.bind:`` ‖ value)[:16]).
+
+Where the SDKs are lenient, we are not: booleans are not numbers here, and NaN fails the
+accept-conditions (stated positively, as the Python SDK states them). The SDKs set no lifetime
+cap, so verification sets none either; minting still obeys the policy's TTL cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from ._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
+from .claims import Claims, arguments_digest
+from .errors import (
+    AudienceMismatch,
+    ExpiredToken,
+    InvalidClaims,
+    InvalidToken,
+    NotYetValid,
+    PrincipalMismatch,
+    RequestMismatch,
+)
+from .formats._primitives import hmac_key
+
+if TYPE_CHECKING:
+    from .keyset import Key
+
+__all__ = ["check_mcp_py", "check_mcp_ts", "mcp_py_envelope", "mcp_ts_envelope"]
+
+FUTURE_SKEW = 60.0
+_PRINCIPAL_LABEL = b"mcp/request-state/principal:"
+_BIND_LABEL = b"mcp.requestState.bind:"
+_MCP_PY_MEMBERS = frozenset({"v", "iat", "exp", "m", "t", "a", "s", "aud", "p"})
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _principal_bytes(principal: str) -> bytes:
+    return principal.encode("utf-8", "surrogatepass")
+
+
+def _principal_claim(principal: str, salt: bytes | None = None) -> str:
+    chosen = os.urandom(8) if salt is None else salt
+    digest = hashlib.sha256(_PRINCIPAL_LABEL + chosen + _principal_bytes(principal)).digest()
+    return b64url_encode(chosen + digest[:16])
+
+
+def _principal_matches(claim: str, principal: str) -> bool:
+    try:
+        raw = b64url_decode(claim)
+    except EncodingError:
+        return False
+    if len(raw) != 24:
+        return False
+    return hmac.compare_digest(_principal_claim(principal, raw[:8]), claim)
+
+
+def _target_and_digest(method: str | None, target: str | None, arguments: Any) -> tuple[str, str]:
+    if not method or target is None:
+        raise RequestMismatch(
+            "request mismatch: mcp-py tokens are bound to their request; give the method, "
+            "target and arguments"
+        )
+    return target, arguments_digest({} if arguments is None else arguments)
+
+
+def mcp_py_envelope(
+    state: str,
+    *,
+    now: float,
+    ttl: float,
+    method: str | None,
+    target: str | None,
+    arguments: Any,
+    audience: str | None,
+    principal: str | None,
+) -> bytes:
+    """The plaintext the Python SDK seals for one round, byte for byte in its layout."""
+    if not isinstance(state, str):
+        raise ValueError("mcp-py state is a string (the SDK's requestState); JSON-encode it first")
+    if not method or target is None:
+        raise ValueError("mcp-py tokens bind a request: give method, target (and arguments)")
+    claims: dict[str, Any] = {
+        "v": 1,
+        "iat": now,
+        "exp": now + ttl,
+        "m": method,
+        "t": target,
+        "a": arguments_digest({} if arguments is None else arguments),
+        "s": state,
+    }
+    if audience is not None:
+        claims["aud"] = audience
+    if principal is not None:
+        claims["p"] = _principal_claim(principal)
+    return json.dumps(claims, separators=(",", ":")).encode("ascii")
+
+
+def check_mcp_py(
+    plaintext: bytes,
+    *,
+    now: float,
+    method: str | None,
+    target: str | None,
+    arguments: Any,
+    audience: str | None,
+    principal: str | None,
+) -> Claims:
+    """Accept a Python-SDK envelope only on the SDK's conditions; else the precise refusal."""
+    try:
+        document = json_loads(plaintext)
+    except EncodingError as err:
+        raise InvalidClaims(f"mcp-py envelope: {err}") from None
+    if type(document) is not dict or not document.keys() <= _MCP_PY_MEMBERS:
+        raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
+    iat, exp, state = document.get("iat"), document.get("exp"), document.get("s")
+    if document.get("v") != 1 or not isinstance(state, str):
+        raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
+    if not (_number(iat) and iat <= now + FUTURE_SKEW):
+        raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
+    if not (_number(exp) and now < exp):
+        raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    expected_target, digest = _target_and_digest(method, target, arguments)
+    if (document.get("m"), document.get("t"), document.get("a")) != (
+        method,
+        expected_target,
+        digest,
+    ):
+        raise RequestMismatch("request mismatch")
+    if document.get("aud") != audience:
+        raise AudienceMismatch("audience mismatch")
+    claim = document.get("p")
+    if (claim is None) != (principal is None):
+        raise PrincipalMismatch(
+            "principal mismatch: the token is bound to a principal; give it to verify"
+            if principal is None
+            else "principal mismatch: the token is not bound to a principal, but one was given"
+        )
+    if (
+        claim is not None
+        and principal is not None
+        and not (isinstance(claim, str) and _principal_matches(claim, principal))
+    ):
+        raise PrincipalMismatch("principal mismatch")
+    return Claims(
+        state=state,
+        iat=iat,
+        exp=exp,
+        jti=None,
+        sub=claim if isinstance(claim, str) else None,
+        aud=document.get("aud"),
+        rid=f"{method} {expected_target} {digest}",
+        raw=document,
+    )
+
+
+def bind_tag(key: Key, value: str) -> str:
+    state = key.prepared("mcp-ts-bind", lambda secret: hmac_key(secret, _BIND_LABEL)).copy()
+    state.update(value.encode("utf-8"))
+    return b64url_encode(state.digest()[:16])
+
+
+def mcp_ts_envelope(state: Any, *, key: Key, now: float, ttl: int, bind: str | None) -> bytes:
+    """The body the TypeScript SDK signs: ``{"p":payload,"exp":seconds,"b"?:tag}``."""
+    body: dict[str, Any] = {"p": state, "exp": int(now) + ttl}
+    if bind is not None:
+        body["b"] = bind_tag(key, bind)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def check_mcp_ts(plaintext: bytes, *, key: Key, now: float, bind: str | None) -> Claims:
+    try:
+        document = json_loads(plaintext)
+    except EncodingError as err:
+        raise InvalidClaims(f"mcp-ts body: {err}") from None
+    if type(document) is not dict or not document.keys() <= {"p", "exp", "b"}:
+        raise InvalidClaims("mcp-ts body is not the SDK's {p, exp, b} object")
+    if "p" not in document:
+        raise InvalidClaims("mcp-ts body lacks its payload p")
+    exp = document.get("exp")
+    if not (_number(exp) and now < exp):
+        raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    tag = document.get("b")
+    if (tag is None) != (bind is None):
+        raise RequestMismatch(
+            "bind mismatch: the token carries a bind tag; give --bind to verify"
+            if bind is None
+            else "bind mismatch: the token carries no bind tag, but one was given"
+        )
+    if (
+        tag is not None
+        and bind is not None
+        and not (isinstance(tag, str) and hmac.compare_digest(tag, bind_tag(key, bind)))
+    ):
+        raise RequestMismatch("bind mismatch")
+    return Claims(state=document["p"], iat=None, exp=exp, jti=None, raw=document)
+
+
+def lifetime_problem(envelope: Any, now: float) -> InvalidToken | None:
+    """For ``inspect``: why an SDK envelope is outside its lifetime, if it is."""
+    if not isinstance(envelope, dict):
+        return InvalidClaims("not an SDK claims envelope")
+    iat, exp = envelope.get("iat"), envelope.get("exp")
+    if iat is not None and not (_number(iat) and iat <= now + FUTURE_SKEW):
+        return NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
+    if not (_number(exp) and now < exp):
+        return ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    return None
