@@ -153,7 +153,7 @@ class RotationMachine(RuleBasedStateMachine):
         self.now = NOW
         self.keyset = ms.Keyset.generate(("A256GCM", "HS256"), now=NOW)
         self.hand_retired: set[str] = set()
-        self.tokens: list[tuple[str, str, int]] = []  # token, kid, exp
+        self.tokens: list[tuple[str, str, float]] = []  # token, kid, exp
 
     @rule(seconds=st.sampled_from([1, 59, 300, PROPAGATION, 1800, 3599, RETENTION]))
     def time_passes(self, seconds: int) -> None:

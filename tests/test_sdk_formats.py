@@ -117,7 +117,11 @@ def _open_like_the_sdk(secret: bytes, token: str) -> dict[str, Any]:
 def test_our_mcp_py_tokens_follow_the_sdk_recipe_and_bind_like_it() -> None:
     secret = b"our-own-operator-secret-of-at-least-32-bytes"
     keyset = sdk_keyset([secret.decode()], "mcp-py-v1")
-    request = {"method": "tools/call", "target": "deploy", "arguments": {"env": "prod", "é": 1}}
+    request: dict[str, Any] = {
+        "method": "tools/call",
+        "target": "deploy",
+        "arguments": {"env": "prod", "é": 1},
+    }
     token = ms.mint(
         keyset,
         "state-text",
