@@ -1,0 +1,292 @@
+"""MCP integration: request fingerprints, InputRequiredResult and retry helpers, the client
+capability check, and a ``RequestStateCodec`` for the official Python SDK.
+
+Nothing here imports the SDK at module level: servers without it use the dict helpers, and
+:class:`KeysetCodec` imports the SDK's error class only when it has to raise it.
+
+The spec's server rules these helpers enforce (MCP 2026-07-28, multi round-trip requests):
+
+* only ``tools/call``, ``prompts/get`` and ``resources/read`` may answer ``input_required``;
+* the result carries at least one of ``inputRequests`` or ``requestState``;
+* ``inputRequests`` only of kinds the client declared in
+  ``_meta["io.modelcontextprotocol/clientCapabilities"]`` (``elicitation`` form/url, ``sampling``,
+  ``roots``), else the -32021 error;
+* ``requestState`` is protected, bound to the principal, a short expiry and the request (its
+  method, target and arguments, never the JSON-RPC id), and checked on the retry; failures
+  answer one uniform -32602 error, the specific reason going to the logs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .claims import request_id as fingerprint
+from .errors import InvalidToken, MalformedToken, MrtrStateError
+from .formats import get_format
+from .keyset import Keyset
+from .policy import DEFAULT_POLICY, Policy
+from .replay import ReplayStore, token_key
+from .tokens import mint, seal, unseal, verify
+
+__all__ = [
+    "CAPABILITIES_META_KEY",
+    "INPUT_REQUIRED_METHODS",
+    "CapabilityMissing",
+    "KeysetCodec",
+    "check_capabilities",
+    "input_required_result",
+    "open_retry",
+    "request_fingerprint",
+    "request_target",
+    "wire_error",
+]
+
+INPUT_REQUIRED_METHODS = ("tools/call", "prompts/get", "resources/read")
+CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
+INVALID_PARAMS = -32602
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+_KIND_OF_METHOD = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
+
+
+class CapabilityMissing(MrtrStateError):
+    """The server tried to send an input request of a kind the client did not declare."""
+
+    code = "capability_missing"
+    exit_code = 2
+
+    def __init__(self, message: str, required: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.required = dict(required)
+
+    def to_error(self) -> dict[str, Any]:
+        """The spec's -32021 JSON-RPC error object."""
+        return {
+            "code": MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "message": "Missing required client capability",
+            "data": {"requiredCapabilities": self.required},
+        }
+
+
+def _require_method(method: str) -> None:
+    if method not in INPUT_REQUIRED_METHODS:
+        raise ValueError(
+            f"{method} cannot answer input_required; only {', '.join(INPUT_REQUIRED_METHODS)} can"
+        )
+
+
+def request_target(method: str, params: Mapping[str, Any] | None) -> tuple[str, Any]:
+    """The (target, arguments) a request is identified by, as the Python SDK takes them.
+
+    ``resources/read`` is identified by its URI alone; ``tools/call`` and ``prompts/get`` by the
+    name and the arguments (``{}`` when absent). An allow-list per method: a new wire field
+    never joins the identity by accident.
+    """
+    given: Mapping[str, Any] = params or {}
+    if method == "resources/read":
+        return str(given.get("uri", "")), {}
+    return str(given.get("name", "")), given.get("arguments") or {}
+
+
+def request_fingerprint(method: str, params: Mapping[str, Any] | None) -> str:
+    """The request identifier of a request: its method, target and SDK arguments digest."""
+    target, arguments = request_target(method, params)
+    return fingerprint(method=method, target=target, arguments=arguments)
+
+
+def check_capabilities(
+    params_meta: Mapping[str, Any] | None, input_requests: Mapping[str, Any]
+) -> None:
+    """Refuse input requests of a kind the client did not declare (raises CapabilityMissing)."""
+    declared = (params_meta or {}).get(CAPABILITIES_META_KEY) or {}
+    missing: dict[str, Any] = {}
+    for key, request in input_requests.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError("inputRequests keys must be non-empty strings")
+        method = request.get("method") if isinstance(request, Mapping) else None
+        kind = _KIND_OF_METHOD.get(str(method))
+        if kind is None:
+            raise ValueError(f"inputRequests[{key!r}] has unknown method {method!r}")
+        capability = declared.get(kind)
+        if kind == "elicitation":
+            params = request.get("params") or {}
+            mode = params.get("mode", "form") if isinstance(params, Mapping) else "form"
+            modes = capability if isinstance(capability, Mapping) else None
+            # An empty elicitation object declares form mode only (the spec's default).
+            has_mode = modes is not None and (mode in modes or (mode == "form" and not modes))
+            if not has_mode:
+                missing.setdefault("elicitation", {})[mode] = {}
+        elif capability is None:
+            missing[kind] = {}
+    if missing:
+        raise CapabilityMissing(
+            f"the client did not declare {', '.join(sorted(missing))} "
+            f"({', '.join(sorted(input_requests))})",
+            missing,
+        )
+
+
+def input_required_result(
+    keyset: Keyset,
+    *,
+    method: str,
+    params: Mapping[str, Any] | None,
+    state: Any,
+    input_requests: Mapping[str, Any] | None = None,
+    principal: str | None = None,
+    audience: str | None = None,
+    ttl: int | None = None,
+    format: str = "aead",
+    policy: Policy = DEFAULT_POLICY,
+) -> dict[str, Any]:
+    """An ``InputRequiredResult`` dict whose ``requestState`` is minted and bound to this request.
+
+    The capabilities check runs against the request's own ``_meta``, so a server cannot send an
+    input request the client never declared.
+    """
+    _require_method(method)
+    result: dict[str, Any] = {"resultType": "input_required"}
+    if input_requests:
+        check_capabilities((params or {}).get("_meta"), input_requests)
+        result["inputRequests"] = dict(input_requests)
+    target, arguments = request_target(method, params)
+    binding: dict[str, Any] = {"method": method, "target": target, "arguments": arguments}
+    result["requestState"] = mint(
+        keyset,
+        state,
+        principal=principal,
+        audience=audience,
+        ttl=ttl,
+        format=format,
+        policy=policy,
+        **binding,
+    )
+    return result
+
+
+def open_retry(
+    keyset: Keyset,
+    *,
+    method: str,
+    params: Mapping[str, Any] | None,
+    principal: str | None = None,
+    audience: str | None = None,
+    format: str | None = None,
+    once: ReplayStore | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Any:
+    """The state a retry's ``requestState`` carries, checked against the retry itself.
+
+    The binding is recomputed from the retry's own method, target and arguments, never taken
+    from the token. Raises an :class:`InvalidToken` subclass; answer it with :func:`wire_error`.
+    """
+    _require_method(method)
+    token = (params or {}).get("requestState")
+    if not isinstance(token, str):
+        raise MalformedToken("the retry carries no requestState string")
+    target, arguments = request_target(method, params)
+    claims = verify(
+        keyset,
+        token,
+        principal=principal,
+        audience=audience,
+        format=format,
+        now=now,
+        policy=policy,
+        once=once,
+        method=method,
+        target=target,
+        arguments=arguments,
+    )
+    return claims.state
+
+
+def wire_error(err: InvalidToken | None = None) -> dict[str, Any]:
+    """The one JSON-RPC error every refused requestState gets; log ``err`` itself instead."""
+    del err  # the reason is for the server log, never for the client
+    return {
+        "code": INVALID_PARAMS,
+        "message": "Invalid or expired requestState",
+        "data": {"reason": "invalid_request_state"},
+    }
+
+
+class KeysetCodec:
+    """The Python SDK's ``RequestStateCodec`` protocol, backed by a mrtr-state keyset.
+
+    Pass it as ``RequestStateSecurity(codec=KeysetCodec(...))``: the SDK keeps stamping and
+    checking its envelope (expiry, request, audience, principal); the codec adds our keysets, key
+    ids, staged rotation and formats. Given a path, the keyset file is re-read whenever it
+    changes, so ``mrtr-state keys add``/``promote`` take effect on a running server without a
+    restart, and in-flight tokens of the previous primary still open. With ``once``, each token
+    opens at most once until its envelope expires.
+    """
+
+    def __init__(
+        self,
+        keyset: Keyset | str | os.PathLike[str],
+        *,
+        format: str = "aead",
+        once: ReplayStore | None = None,
+        policy: Policy = DEFAULT_POLICY,
+    ) -> None:
+        if not get_format(format).confidential:
+            raise ValueError(
+                f"{format} is readable by clients; the codec needs aead, jwe or mcp-py"
+            )
+        self._format = format
+        self._once = once
+        self._policy = policy
+        self._path = None if isinstance(keyset, Keyset) else Path(keyset)
+        self._keyset = keyset if isinstance(keyset, Keyset) else Keyset.load(keyset)
+        self._stamp = self._file_stamp()
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self._path is None:
+            return None
+        info = os.stat(self._path)
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
+    @property
+    def keyset(self) -> Keyset:
+        if self._path is not None:
+            stamp = self._file_stamp()
+            if stamp != self._stamp:
+                self._keyset, self._stamp = Keyset.load(self._path), stamp
+        return self._keyset
+
+    def seal(self, payload: bytes) -> str:
+        return seal(self.keyset, payload, format=self._format, policy=self._policy)
+
+    def unseal(self, token: str) -> bytes:
+        try:
+            payload = unseal(self.keyset, token, format=self._format, policy=self._policy)
+            if self._once is not None:
+                expires = _envelope_expiry(payload)
+                if not self._once.redeem(token_key(None, token), expires, now=time.time()):
+                    raise InvalidToken("replayed")
+        except InvalidToken as err:
+            from mcp.server.request_state import InvalidRequestState
+
+            raise InvalidRequestState(err.code) from None
+        return payload
+
+
+def _envelope_expiry(payload: bytes) -> float:
+    """The SDK envelope's ``exp``, or an hour from now if it cannot be read (fail towards keeping
+    the entry, never towards forgetting it early)."""
+    import json
+
+    try:
+        exp = json.loads(payload).get("exp")
+    except (ValueError, AttributeError):
+        exp = None
+    return float(exp) if isinstance(exp, int | float) else time.time() + 3600

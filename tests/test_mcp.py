@@ -1,0 +1,370 @@
+"""MCP integration: the dict helpers, and live round trips with the official Python SDK."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import mrtr_state as ms
+from mrtr_state import lifecycle
+from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.mcp import (
+    CapabilityMissing,
+    KeysetCodec,
+    check_capabilities,
+    input_required_result,
+    open_retry,
+    request_fingerprint,
+    wire_error,
+)
+from mrtr_state.replay import MemoryStore
+
+from .test_cli import run
+
+ELICIT_FORM = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Your GitHub login?",
+        "requestedSchema": {"type": "object"},
+    },
+}
+CAPS: dict[str, Any] = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+
+
+def call(arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"name": "whoami", "arguments": arguments, "_meta": CAPS, **extra}
+
+
+# --- helpers without the SDK ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["aead", "jws", "jwe"])
+def test_input_required_result_and_retry_round_trip(keyset: ms.Keyset, fmt: str) -> None:
+    result = input_required_result(
+        keyset,
+        method="tools/call",
+        params=call({"repo": "x"}),
+        state={"step": 1},
+        input_requests={"login": ELICIT_FORM},
+        principal="alice",
+        audience="fleet",
+        format=fmt,
+    )
+    assert result["resultType"] == "input_required" and "login" in result["inputRequests"]
+    retry = call(
+        {"repo": "x"},
+        requestState=result["requestState"],
+        inputResponses={"login": {"action": "accept"}},
+    )
+    state = open_retry(
+        keyset, method="tools/call", params=retry, principal="alice", audience="fleet"
+    )
+    assert state == {"step": 1}
+    for changed, error in (
+        ({"params": call({"repo": "y"}, requestState=result["requestState"])}, ms.RequestMismatch),
+        ({"method": "prompts/get"}, ms.RequestMismatch),
+        ({"principal": "mallory"}, ms.PrincipalMismatch),
+        ({"audience": "other"}, ms.AudienceMismatch),
+    ):
+        arguments: dict[str, Any] = {
+            "method": "tools/call",
+            "params": retry,
+            "principal": "alice",
+            "audience": "fleet",
+            **changed,
+        }
+        with pytest.raises(error):
+            open_retry(keyset, **arguments)
+
+
+def test_the_fingerprint_ignores_the_json_rpc_id_and_meta() -> None:
+    first = request_fingerprint("tools/call", {"name": "t", "arguments": {"a": 1}, "_meta": {}})
+    retry = request_fingerprint(
+        "tools/call",
+        {"name": "t", "arguments": {"a": 1}, "requestState": "x", "inputResponses": {}},
+    )
+    assert first == retry
+    assert request_fingerprint("resources/read", {"uri": "file:///a"}) != request_fingerprint(
+        "resources/read", {"uri": "file:///b"}
+    )
+
+
+def test_only_the_three_methods_may_ask_for_input(keyset: ms.Keyset) -> None:
+    with pytest.raises(ValueError, match="cannot answer input_required"):
+        input_required_result(keyset, method="tools/list", params={}, state=1)
+    with pytest.raises(ms.MalformedToken, match="no requestState"):
+        open_retry(keyset, method="tools/call", params={"name": "t"})
+
+
+@pytest.mark.parametrize(
+    ("declared", "input_request", "missing"),
+    [
+        ({}, ELICIT_FORM, {"elicitation": {"form": {}}}),
+        ({"elicitation": {}}, ELICIT_FORM, None),
+        ({"elicitation": {"form": {}}}, ELICIT_FORM, None),
+        (
+            {"elicitation": {"form": {}}},
+            {"method": "elicitation/create", "params": {"mode": "url", "url": "https://x"}},
+            {"elicitation": {"url": {}}},
+        ),
+        ({"elicitation": {}}, {"method": "sampling/createMessage", "params": {}}, {"sampling": {}}),
+        ({"roots": {}}, {"method": "roots/list"}, None),
+        ({"sampling": {}}, {"method": "roots/list"}, {"roots": {}}),
+    ],
+)
+def test_capability_check(
+    declared: dict[str, Any], input_request: dict[str, Any], missing: dict[str, Any] | None
+) -> None:
+    meta = {"io.modelcontextprotocol/clientCapabilities": declared}
+    if missing is None:
+        check_capabilities(meta, {"r": input_request})
+        return
+    with pytest.raises(CapabilityMissing) as caught:
+        check_capabilities(meta, {"r": input_request})
+    assert caught.value.to_error() == {
+        "code": -32021,
+        "message": "Missing required client capability",
+        "data": {"requiredCapabilities": missing},
+    }
+
+
+def test_wire_error_is_uniform() -> None:
+    assert (
+        wire_error(ms.ExpiredToken("expired 3 s ago"))
+        == wire_error(ms.BadSignature("x"))
+        == {
+            "code": -32602,
+            "message": "Invalid or expired requestState",
+            "data": {"reason": "invalid_request_state"},
+        }
+    )
+
+
+# --- live round trips with the official Python SDK -----------------------------------------
+
+mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test dependency")
+
+from mcp import Client  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.request_state import RequestStateSecurity  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp_types import (  # noqa: E402
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    InputResponses,
+)
+
+SECRET = "live-" + "s" * 59
+
+
+def elicitation_server(security: RequestStateSecurity, seen: list[str]) -> MCPServer:
+    server = MCPServer("fleet", request_state_security=security)
+
+    @server.tool()
+    async def deploy(env: str, ctx: Context) -> str | InputRequiredResult:
+        if ctx.input_responses is None:
+            form = ElicitRequestFormParams(
+                message="Deploy?",
+                requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            )
+            return InputRequiredResult(
+                input_requests={"confirm": ElicitRequest(params=form)},
+                request_state="awaiting-confirm",
+            )
+        seen.append(str(ctx.request_state))
+        return f"deployed {env}"
+
+    return server
+
+
+def mcp_error(error: BaseException) -> MCPError | None:
+    """The MCPError in ``error``, unwrapping the exception groups of the SDK's task groups."""
+    if isinstance(error, MCPError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = mcp_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def refused(run_it: Any, *args: Any) -> str:
+    """Run an SDK exchange that must be refused; return the error message the client saw."""
+    try:
+        anyio.run(run_it, *args)
+    except BaseException as error:
+        found = mcp_error(error)
+        if found is None:
+            raise
+        return str(found)
+    raise AssertionError("the SDK accepted what it should have refused")
+
+
+async def _accept(context: Any, params: Any) -> ElicitResult:
+    return ElicitResult(action="accept", content={"ok": True})
+
+
+def sdk_keyset() -> ms.Keyset:
+    secret = SECRET.encode()
+    kid = derived_kid("mcp-py-v1", secret)
+    assert kid is not None
+    return ms.Keyset([Key(kid=kid, alg="mcp-py-v1", secret=secret)])
+
+
+BINDING: dict[str, Any] = {
+    "method": "tools/call",
+    "target": "deploy",
+    "arguments": {"env": "prod"},
+    "audience": "fleet",
+}
+
+
+def test_a_token_the_sdk_server_minted_verifies_with_our_library_and_cli(tmp_path: Path) -> None:
+    seen: list[str] = []
+    server = elicitation_server(RequestStateSecurity(keys=[SECRET], bind_principal=None), seen)
+
+    async def first_round() -> str:
+        async with Client(server, elicitation_callback=_accept) as client:
+            first = await client.session.call_tool(
+                "deploy", {"env": "prod"}, allow_input_required=True
+            )
+            assert isinstance(first, InputRequiredResult) and first.request_state is not None
+            return first.request_state
+
+    token = anyio.run(first_round)
+    assert ms.verify(sdk_keyset(), token, **BINDING).state == "awaiting-confirm"
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET)
+    keyset_path = tmp_path / "keyset.json"
+    run(
+        "--keyset",
+        str(keyset_path),
+        "keys",
+        "import",
+        "--alg",
+        "mcp-py-v1",
+        "--secret-file",
+        str(secret_file),
+    )
+    out = run(
+        "--keyset",
+        str(keyset_path),
+        "verify",
+        "--method",
+        "tools/call",
+        "--target",
+        "deploy",
+        "--arguments",
+        '{"env":"prod"}',
+        "--audience",
+        "fleet",
+        token,
+    )
+    assert out.stdout == '"awaiting-confirm"\n'
+
+
+def test_the_sdk_server_accepts_a_token_we_minted(keyset: ms.Keyset) -> None:
+    seen: list[str] = []
+    server = elicitation_server(RequestStateSecurity(keys=[SECRET], bind_principal=None), seen)
+    ours = ms.mint(sdk_keyset(), "minted-by-mrtr-state", format="mcp-py", **BINDING)
+
+    async def retry_with(token: str) -> Any:
+        async with Client(server, elicitation_callback=_accept) as client:
+            return await client.session.call_tool(
+                "deploy",
+                {"env": "prod"},
+                request_state=token,
+                input_responses={"confirm": ElicitResult(action="accept", content={"ok": True})},
+            )
+
+    result = anyio.run(retry_with, ours)
+    assert "deployed prod" in json.dumps(result.model_dump(mode="json"))
+    assert seen == ["minted-by-mrtr-state"]
+    forged = ms.mint(sdk_keyset(), "x", format="mcp-py", **{**BINDING, "target": "other"})
+    assert refused(retry_with, forged) == "Invalid or expired requestState"
+
+
+def test_our_codec_completes_round_trips_across_rotation_and_refuses_retired_keys(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(path)
+    codec = KeysetCodec(path, format="aead", once=MemoryStore())
+    seen: list[str] = []
+    server = elicitation_server(RequestStateSecurity(codec=codec, bind_principal=None), seen)
+
+    async def round_trip(between: Any = None) -> Any:
+        async with Client(server, elicitation_callback=_accept) as client:
+            first = await client.session.call_tool(
+                "deploy", {"env": "prod"}, allow_input_required=True
+            )
+            assert isinstance(first, InputRequiredResult) and first.request_state is not None
+            assert first.request_state.startswith("ms1.")
+            if between is not None:
+                between()
+            responses: InputResponses = {
+                "confirm": ElicitResult(action="accept", content={"ok": True})
+            }
+            done = await client.session.call_tool(
+                "deploy",
+                {"env": "prod"},
+                request_state=first.request_state,
+                input_responses=responses,
+            )
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await client.session.call_tool(  # the same token again: single use
+                    "deploy",
+                    {"env": "prod"},
+                    request_state=first.request_state,
+                    input_responses=responses,
+                )
+            return done
+
+    assert "deployed prod" in json.dumps(anyio.run(round_trip).model_dump(mode="json"))
+
+    def rotate() -> None:
+        def add_and_promote(current: ms.Keyset) -> ms.Keyset:
+            changed, key = current.with_new_key("A256GCM")
+            return lifecycle.promote(changed, key.kid, now=int(__import__("time").time()))[0]
+
+        ms.Keyset.update(path, add_and_promote)
+
+    anyio.run(round_trip, rotate)  # minted under the old primary, opened after the promotion
+    assert seen == ["awaiting-confirm", "awaiting-confirm"]
+
+    def retire_primary() -> None:
+        keyset = ms.Keyset.load(path)
+        primary = keyset.primary("A256GCM").kid
+        ms.Keyset.update(
+            path,
+            lambda current: lifecycle.retire(current, primary, now=0, retention=3660)[
+                0
+            ].with_new_key("A256GCM")[0],
+        )
+
+    async def retired_round() -> None:
+        async with Client(server, elicitation_callback=_accept) as client:
+            first = await client.session.call_tool(
+                "deploy", {"env": "prod"}, allow_input_required=True
+            )
+            assert isinstance(first, InputRequiredResult)
+            retire_primary()
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await client.session.call_tool(
+                    "deploy",
+                    {"env": "prod"},
+                    request_state=first.request_state,
+                    input_responses={
+                        "confirm": ElicitResult(action="accept", content={"ok": True})
+                    },
+                )
+
+    anyio.run(retired_round)
