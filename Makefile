@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo lint test bench clean
+.PHONY: help install demo example lint test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -22,9 +22,13 @@ install: $(STAMP) ## Create .venv if needed and install mrtr-state with its dev 
 demo: $(STAMP) ## Make keys/keyset.json if absent, then mint, verify, inspect and list keys
 	@PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
+example: $(STAMP) ## Run the MCP SDK example: a stdio server eliciting a GitHub login, and a client
+	@test -f keys/keyset.json || $(BIN)/mrtr-state keys init
+	$(BIN)/python examples/client.py
+
 lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
-	$(BIN)/ruff check mrtr_state tests bench
-	$(BIN)/ruff format --check mrtr_state tests bench
+	$(BIN)/ruff check mrtr_state tests bench examples
+	$(BIN)/ruff format --check mrtr_state tests bench examples
 	$(BIN)/mypy
 
 test: lint ## Lint, then the whole test suite (fails if no test ran)
