@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo example lint test bench clean
+.PHONY: help install demo example lint test bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -27,8 +27,8 @@ example: $(STAMP) ## Run the MCP SDK example: a stdio server eliciting a GitHub 
 	$(BIN)/python examples/client.py
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
-	$(BIN)/ruff check mrtr_state tests bench examples
-	$(BIN)/ruff format --check mrtr_state tests bench examples
+	$(BIN)/ruff check mrtr_state tests bench examples scripts fuzz
+	$(BIN)/ruff format --check mrtr_state tests bench examples scripts fuzz
 	$(BIN)/mypy
 
 test: lint ## Lint, then the whole test suite (fails if no test ran)
@@ -37,6 +37,16 @@ test: lint ## Lint, then the whole test suite (fails if no test ran)
 bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/bench.py
+
+FUZZ_RUNS    ?= 1000000
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP) ## Fuzz every token parser with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each)
+	$(BIN)/python -m pip install --quiet 'atheris==3.0.0'
+	@for fmt in aead jws jwe mcp-py mcp-ts; do \
+		$(BIN)/python fuzz/fuzz_parsers.py $$fmt -atheris_runs=$(FUZZ_RUNS) \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 \
+			| grep -E '^(Done|stat::number_of_executed_units|fuzz |==[0-9]+==)' || exit 1; \
+	done
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -38,6 +38,14 @@ STATE = {
     "env": "prod",
     "draft": {"replicas": 3, "image": "registry.example/app:1.42.0"},
 }
+#: What an mcp-py token binds (as the Python SDK does): the request itself, audience, principal.
+SDK_BINDING: dict[str, Any] = {
+    "principal": "alice@example.com",
+    "method": "tools/call",
+    "target": "deploy",
+    "arguments": {"env": "prod", "replicas": 3},
+    "audience": "https://mcp.example.com",
+}
 BINDING: dict[str, Any] = {
     "principal": "alice@example.com",
     "request_id": "mcp1:Q2kZk3m0xw0yX1b9y3B6aA",
@@ -152,14 +160,21 @@ def raw_rows(secret: bytes) -> list[Row]:
 
 def our_rows(keyset: ms.Keyset) -> list[Row]:
     rows = []
-    for fmt, kind in (("jws", "signed"), ("aead", "encrypted"), ("jwe", "encrypted")):
-        token = ms.mint(keyset, STATE, format=fmt, **BINDING)
+    for fmt, kind in (
+        ("jws", "signed"),
+        ("aead", "encrypted"),
+        ("jwe", "encrypted"),
+        ("mcp-py", "encrypted"),
+    ):
+        binding = SDK_BINDING if fmt == "mcp-py" else BINDING
+        state: Any = json.dumps(STATE) if fmt == "mcp-py" else STATE
+        token = ms.mint(keyset, state, format=fmt, **binding)
 
-        def mint(fmt: str = fmt) -> str:
-            return ms.mint(keyset, STATE, format=fmt, **BINDING)
+        def mint(fmt: str = fmt, binding: dict[str, Any] = binding, state: Any = state) -> str:
+            return ms.mint(keyset, state, format=fmt, **binding)
 
-        def verify(token: str = token) -> ms.Claims:
-            return ms.verify(keyset, token, **BINDING)
+        def verify(token: str = token, binding: dict[str, Any] = binding) -> ms.Claims:
+            return ms.verify(keyset, token, **binding)
 
         name = f"mrtr-state {fmt}"
         rows.append(Row(name, kind, "mint", timed(mint), len(token)))
@@ -265,7 +280,58 @@ def peer_rows(secret: bytes) -> list[Row]:
                 len(jwe_token),
             ),
         ]
+    rows += sdk_codec_rows(secret)
     return rows
+
+
+def sdk_codec_rows(secret: bytes) -> list[Row]:
+    """The Python SDK's own requestState path: its codec and its envelope code, as its
+    RequestStateBoundary middleware runs them (digest, audience and principal included)."""
+    try:
+        from mcp.server import request_state as sdk
+    except ImportError:
+        print("mcp not installed: the SDK codec rows are skipped", file=sys.stderr)
+        return []
+    codec = sdk.AESGCMRequestStateCodec([secret])
+    params = {"name": SDK_BINDING["target"], "arguments": SDK_BINDING["arguments"]}
+    audience, principal = SDK_BINDING["audience"], SDK_BINDING["principal"]
+    state = json.dumps(STATE)
+
+    def mint() -> str:
+        target, digest = sdk._request_identity("tools/call", params)
+        now = time.time()
+        claims = {
+            "v": 1,
+            "iat": now,
+            "exp": now + 300,
+            "m": "tools/call",
+            "t": target,
+            "a": digest,
+            "s": state,
+            "aud": audience,
+            "p": sdk._principal_claim(principal),
+        }
+        return codec.seal(sdk.compact_json(claims).encode())
+
+    token = mint()
+
+    def verify() -> object:
+        claims = json.loads(codec.unseal(token))
+        now = time.time()
+        if not (claims["iat"] <= now + 60 and now < claims["exp"]):
+            raise ValueError
+        target, digest = sdk._request_identity("tools/call", params)
+        if (claims["m"], claims["t"], claims["a"]) != ("tools/call", target, digest):
+            raise ValueError
+        if claims.get("aud") != audience or not sdk._principal_matches(claims["p"], principal):
+            raise ValueError
+        return claims["s"]
+
+    name = "mcp SDK codec + envelope checks"
+    return [
+        Row(name, "encrypted", "mint", timed(mint), len(token)),
+        Row(name, "encrypted", "verify", timed(verify), len(token)),
+    ]
 
 
 def keyset_size_ratio() -> dict[str, float]:
@@ -404,7 +470,7 @@ def render(rows: list[Row]) -> str:
 
 def main() -> None:
     secret = os.urandom(32)
-    keyset = ms.Keyset.generate()
+    keyset = ms.Keyset.generate((*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1"))
     rows = raw_rows(secret)
     rows += our_rows(keyset)
     rows += peer_rows(secret)

@@ -11,10 +11,10 @@ same key. 128 bits of tag are far beyond what an online guesser could exhaust.
 from __future__ import annotations
 
 import hmac
-import os
 from typing import TYPE_CHECKING
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode
+from ._entropy import random_bytes
 
 if TYPE_CHECKING:
     from .keyset import Key
@@ -33,7 +33,7 @@ def _keyed(secret: bytes) -> hmac.HMAC:
 
 def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:
     """A fresh tag of ``principal`` under ``key`` (a random salt unless one is given)."""
-    chosen = os.urandom(_SALT) if salt is None else salt
+    chosen = random_bytes(_SALT) if salt is None else salt
     state = key.prepared("principal-tag", _keyed).copy()
     state.update(chosen + principal.encode("utf-8"))
     return PREFIX + b64url_encode(chosen + state.digest()[:_MAC])

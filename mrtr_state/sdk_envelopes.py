@@ -21,10 +21,10 @@ import hashlib
 import hmac
 import json
 import math
-import os
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
+from ._entropy import random_bytes
 from .claims import Claims, arguments_digest
 from .errors import (
     AudienceMismatch,
@@ -57,7 +57,7 @@ def _principal_bytes(principal: str) -> bytes:
 
 
 def _principal_claim(principal: str, salt: bytes | None = None) -> str:
-    chosen = os.urandom(8) if salt is None else salt
+    chosen = random_bytes(8) if salt is None else salt
     digest = hashlib.sha256(_PRINCIPAL_LABEL + chosen + _principal_bytes(principal)).digest()
     return b64url_encode(chosen + digest[:16])
 

@@ -14,12 +14,12 @@ bytes sealed for some other purpose can never be accepted as a claims token and 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
+from ._entropy import random_bytes
 from ._principal import expected_tag, principal_tag
 from .claims import Claims, check_binding, check_lifetime, parse_claims
 from .claims import request_id as make_request_id
@@ -140,7 +140,7 @@ def _seal_claims(
     now: float | None,
     policy: Policy,
     request: _Request | None = None,
-) -> tuple[str, Key, dict[str, Any]]:
+) -> tuple[str, Key, dict[str, Any] | bytes]:
     """Build the claims and seal them: the whole of minting, kept lean for the hot path."""
     fmt = get_format(format)
     key = keyset.primary(fmt.alg)
@@ -154,7 +154,7 @@ def _seal_claims(
     claims: dict[str, Any] = {
         "iat": iat,
         "exp": iat + _check_ttl(ttl, policy),
-        "jti": b64url_encode(os.urandom(16)),
+        "jti": b64url_encode(random_bytes(16)),
     }
     if principal is not None:
         _check_text("principal", principal)
@@ -195,7 +195,7 @@ def _seal_sdk(
     now: float | None,
     policy: Policy,
     request: _Request | None,
-) -> tuple[str, Key, dict[str, Any]]:
+) -> tuple[str, Key, bytes]:
     from . import sdk_envelopes as sdk
 
     moment = time.time() if now is None else now
@@ -216,8 +216,8 @@ def _seal_sdk(
         if principal is not None or audience is not None:
             raise ValueError("mcp-ts tokens bind nothing but a bind value (--bind)")
         plaintext = sdk.mcp_ts_envelope(state, key=key, now=moment, ttl=lifetime, bind=wanted.bind)
-    document = json_loads(plaintext)
-    return _fit(fmt.seal(key, plaintext), policy, "this state"), key, document
+    # The envelope goes back unparsed: only issue() reads it, mint() needs just the token.
+    return _fit(fmt.seal(key, plaintext), policy, "this state"), key, plaintext
 
 
 def _check_text(name: str, value: str) -> str:
@@ -255,7 +255,8 @@ def issue(
         policy,
         _request(method, target, arguments, bind),
     )
-    if format in _SDK_FORMATS:
+    if isinstance(claims, bytes):  # an SDK envelope
+        claims = json_loads(claims)
         parsed = Claims(
             state=claims.get("s", claims.get("p")),
             iat=claims.get("iat"),

@@ -10,10 +10,10 @@ below 2^-32, and rotation keeps keys far from that count.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode
+from .._entropy import random_bytes
 from ..errors import MalformedToken, WrongFormat
 from . import Anatomy
 from ._primitives import AESGCM, gcm_open
@@ -35,7 +35,7 @@ class AeadFormat:
     def seal(self, key: Key, plaintext: bytes) -> str:
         cipher = key.prepared(self.alg, AESGCM)
         key_id = key.prepared("key-id", lambda _secret: key.key_id)
-        nonce = os.urandom(12)
+        nonce = random_bytes(12)
         sealed = cipher.encrypt(nonce, plaintext, _PREFIX_BYTES + key_id)
         return PREFIX + b64url_encode(key_id + nonce + sealed)
 

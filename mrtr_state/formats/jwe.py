@@ -10,11 +10,11 @@ hostile header cannot make the verifier inflate data or spend time deriving keys
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from .._encoding import EncodingError, b64url_encode, json_loads
+from .._entropy import random_bytes
 from ..errors import MalformedToken, WrongFormat
 from . import Anatomy, detect_format
 from ._jose import DANGEROUS_MEMBERS, ExactHeader, decode_segment, split_compact
@@ -47,7 +47,7 @@ class JweFormat:
     def seal(self, key: Key, plaintext: bytes) -> str:
         header = key.prepared("jwe-header", lambda _secret: HEADER.encode(key.kid))
         cipher = key.prepared(self.alg, AESGCM)
-        nonce = os.urandom(12)
+        nonce = random_bytes(12)
         sealed = cipher.encrypt(nonce, plaintext, header.encode("ascii"))
         return (
             f"{header}..{b64url_encode(nonce)}.{b64url_encode(sealed[:-_TAG])}."

@@ -9,10 +9,10 @@ kid. This module only seals and opens; the SDK's claims envelope lives in ``sdk_
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode
+from .._entropy import random_bytes
 from ..errors import MalformedToken, WrongFormat
 from ..keyset import sdk_aes_key
 from . import Anatomy
@@ -38,7 +38,7 @@ class McpPyFormat:
 
     def seal(self, key: Key, plaintext: bytes) -> str:
         key_id = key.key_id
-        nonce = os.urandom(12)
+        nonce = random_bytes(12)
         sealed = key.prepared(self.alg, _cipher).encrypt(nonce, plaintext, _PREFIX_BYTES + key_id)
         return PREFIX + b64url_encode(key_id + nonce + sealed)
 
