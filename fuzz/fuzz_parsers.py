@@ -20,6 +20,10 @@ import atheris
 
 with atheris.instrument_imports():
     import mrtr_state as ms
+
+    # The library imports these lazily; load them here so that they are instrumented too.
+    import mrtr_state.sdk_envelopes
+    from mrtr_state.formats import aead, jwe, jws, mcp_py, mcp_ts  # noqa: F401
     from mrtr_state.keyset import Key, derived_kid
 
 NOW = 1_800_000_000

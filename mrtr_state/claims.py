@@ -38,6 +38,8 @@ _MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets n
 _MEMBERS = frozenset({"iat", "exp", "jti", "sub", "aud", "rid", "st"})
 _REQUIRED = ("iat", "exp", "jti", "st")
 _FINGERPRINT_PREFIX = "mcp1:"
+# json.dumps(sort_keys=True, separators=(",", ":")) with its ASCII escaping, built once.
+_ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,7 @@ def arguments_digest(arguments: Any) -> str:
     keys, ``,``/``:`` separators and non-ASCII escaped as ``\\uXXXX`` (its default): matching it
     byte for byte lets one fingerprint serve our formats and the SDK's.
     """
-    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    text = _ARGUMENTS_ENCODER.encode(arguments)
     return b64url_encode(hashlib.sha256(text.encode("ascii")).digest()[:16])
 
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import sdk_envelopes as sdk
 from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
 from ._entropy import random_bytes
 from ._principal import expected_tag, principal_tag
@@ -196,8 +197,6 @@ def _seal_sdk(
     policy: Policy,
     request: _Request | None,
 ) -> tuple[str, Key, bytes]:
-    from . import sdk_envelopes as sdk
-
     moment = time.time() if now is None else now
     lifetime = _check_ttl(ttl, policy)
     wanted = request or _Request()
@@ -338,16 +337,18 @@ def verify(
     """
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = _now(now)
-    if fmt.name in _SDK_FORMATS:
-        claims = _check_sdk(
-            fmt.name,
-            key,
+    if fmt.name == "mcp-py":
+        claims = sdk.check_mcp_py(
             plaintext,
-            moment,
-            principal,
-            audience,
-            _request(method, target, arguments, bind),
+            now=moment,
+            method=method,
+            target=target,
+            arguments=arguments,
+            audience=audience,
+            principal=principal,
         )
+    elif fmt.name == "mcp-ts":
+        claims = sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
     else:
         if request_id is None and method is not None:
             request_id = make_request_id(method=method, target=target, arguments=arguments)
@@ -361,31 +362,6 @@ def verify(
         if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
             raise Replayed("replayed: this requestState was already redeemed")
     return claims
-
-
-def _check_sdk(
-    name: str,
-    key: Key,
-    plaintext: bytes,
-    now: float,
-    principal: str | None,
-    audience: str | None,
-    request: _Request | None,
-) -> Claims:
-    from . import sdk_envelopes as sdk
-
-    wanted = request or _Request()
-    if name == "mcp-py":
-        return sdk.check_mcp_py(
-            plaintext,
-            now=now,
-            method=wanted.method,
-            target=wanted.target,
-            arguments=wanted.arguments,
-            audience=audience,
-            principal=principal,
-        )
-    return sdk.check_mcp_ts(plaintext, key=key, now=now, bind=wanted.bind)
 
 
 def seal(
@@ -478,7 +454,7 @@ def inspect(
     fmt = get_format(detect_format(text))
     anatomy = fmt.anatomy(text)
     notes: list[str] = []
-    sdk = fmt.name in _SDK_FORMATS
+    sdk_format = fmt.name in _SDK_FORMATS
     if fmt.name == "jws":
         notes.append(
             "the payload is readable by anyone holding the token; its sub is a salted keyed "
@@ -495,13 +471,11 @@ def inspect(
     problem: InvalidToken | None = None
     try:
         key, plaintext = fmt.open(keyset, text)
-        if sdk:
-            from .sdk_envelopes import lifetime_problem
-
+        if sdk_format:
             document = json_loads(plaintext) if plaintext[:1] == b"{" else None
             claims_view = document if isinstance(document, dict) else None
             notes.append("the SDK's bindings (request, audience, principal) were not checked")
-            found = lifetime_problem(claims_view, _now(now))
+            found = sdk.lifetime_problem(claims_view, _now(now))
             if found is not None:
                 raise found
         elif plaintext[:1] == _SEALED:

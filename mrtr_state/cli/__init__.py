@@ -18,6 +18,7 @@ from ._common import App, ErrorMappingGroup
 # Each command's module is imported only when that command runs: `mrtr-state verify` in a shell
 # loop should not pay for the key-lifecycle code.
 _COMMANDS = {
+    "audit": "audit:audit_cmd",
     "keys": "keys:keys",
     "rotate": "keys:rotate",
     "mint": "tokens:mint",

@@ -1,0 +1,322 @@
+"""Audit a captured MCP session: was every multi round-trip exchange in it sound?
+
+Input is JSON Lines, one JSON-RPC message per line, bare or wrapped as
+``{"ts": <unix seconds or RFC 3339>, "dir": "c2s"|"s2c", "msg": {...}}``. The audit pairs each
+``input_required`` result with its retry (same method, target and arguments) and checks the
+client's rules and the server's, each failure a named :class:`Finding` with the lines involved.
+
+It streams: only requests awaiting their response and exchanges awaiting their retry are kept,
+so memory follows the number of open exchanges, not the length of the capture.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .claims import arguments_digest
+from .errors import BindingMismatch, InvalidToken, TimeWindowError
+from .keyset import Keyset
+from .mcp import INPUT_REQUIRED_METHODS, CapabilityMissing, check_capabilities, request_target
+from .policy import DEFAULT_POLICY, Policy
+from .tokens import verify
+
+__all__ = ["FINDING_KINDS", "AuditReport", "Finding", "audit_capture"]
+
+FINDING_KINDS = {
+    "unparseable_line": "a line that is not a JSON-RPC message",
+    "input_required_not_allowed": "InputRequiredResult on a method other than tools/call, "
+    "prompts/get, resources/read",
+    "empty_input_required": "InputRequiredResult with neither inputRequests nor requestState",
+    "undeclared_input_request": "an input request of a kind the client did not declare",
+    "state_not_echoed": "the retry did not echo requestState byte for byte",
+    "reused_request_id": "the retry reused the JSON-RPC id of the original request",
+    "responses_mismatch": "the inputResponses keys do not answer the inputRequests keys",
+    "state_invalid": "the requestState does not verify under the keyset",
+    "state_expired": "the requestState had expired (or was not yet valid) at the retry",
+    "state_binding_mismatch": "the requestState is bound to another request, audience or principal",
+    "state_reused_on_other_request": "a requestState presented on a request other than the "
+    "one it was issued for",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    lines: tuple[int, ...]
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lines": list(self.lines), "message": self.message}
+
+
+@dataclass
+class AuditReport:
+    lines: int = 0
+    messages: int = 0
+    exchanges: int = 0
+    passed: int = 0
+    unanswered: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for finding in self.findings:
+            counts[finding.kind] = counts.get(finding.kind, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "messages": self.messages,
+            "exchanges": self.exchanges,
+            "passed": self.passed,
+            "unanswered": self.unanswered,
+            "clean": self.clean,
+            "findings_by_kind": self.by_kind(),
+            "findings": [finding.to_dict() for finding in self.findings],
+        }
+
+
+@dataclass
+class _Request:
+    line: int
+    method: str
+    params: dict[str, Any]
+    ts: float | None
+
+
+@dataclass
+class _Exchange:
+    request: _Request
+    request_id: Any
+    result_line: int
+    input_keys: frozenset[str]
+    state: str | None
+    ts: float | None
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _messages(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | None, float | None]]:
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            document = json.loads(text)
+        except ValueError:
+            yield number, None, None
+            continue
+        if isinstance(document, dict) and "msg" in document and isinstance(document["msg"], dict):
+            yield number, document["msg"], _timestamp(document.get("ts"))
+        elif isinstance(document, dict) and document.get("jsonrpc") == "2.0":
+            yield number, document, None
+        else:
+            yield number, None, None
+
+
+def _identity(method: str, params: dict[str, Any]) -> tuple[str, str, str]:
+    target, arguments = request_target(method, params)
+    return method, target, arguments_digest(arguments)
+
+
+def audit_capture(
+    lines: Iterable[str],
+    *,
+    keyset: Keyset | None,
+    audience: str | None = None,
+    principal: str | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> AuditReport:
+    """Audit a capture; see the module docstring. Without a keyset the tokens are not verified."""
+    report = AuditReport()
+    requests: dict[str, _Request] = {}
+    pending: dict[tuple[str, str, str], _Exchange] = {}
+    issued: dict[str, tuple[tuple[str, str, str], int]] = {}  # state -> (identity, result line)
+
+    def find(kind: str, lines_involved: tuple[int, ...], message: str) -> None:
+        report.findings.append(Finding(kind, lines_involved, message))
+
+    for number, message, ts in _messages(lines):
+        report.lines = number
+        if message is None:
+            find("unparseable_line", (number,), "not a JSON-RPC message")
+            continue
+        report.messages += 1
+        method = message.get("method")
+        key = json.dumps(message.get("id"))
+        if isinstance(method, str) and "id" in message:
+            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            request = _Request(number, method, params or {}, ts)
+            requests[key] = request
+            if method in INPUT_REQUIRED_METHODS and (
+                "requestState" in request.params or "inputResponses" in request.params
+            ):
+                _check_retry(
+                    request,
+                    message.get("id"),
+                    pending,
+                    issued,
+                    find,
+                    report,
+                    keyset=keyset,
+                    audience=audience,
+                    principal=principal,
+                    now=now,
+                    policy=policy,
+                )
+            continue
+        if "id" not in message or ("result" not in message and "error" not in message):
+            continue  # a notification
+        answered = requests.pop(key, None)
+        result = message.get("result")
+        if answered is None or not isinstance(result, dict):
+            continue
+        if result.get("resultType") != "input_required":
+            continue
+        _check_input_required(
+            answered, message.get("id"), number, result, ts, pending, issued, find, report
+        )
+    report.unanswered = len(pending)
+    return report
+
+
+def _check_input_required(
+    request: _Request,
+    request_id: Any,
+    line: int,
+    result: dict[str, Any],
+    ts: float | None,
+    pending: dict[tuple[str, str, str], _Exchange],
+    issued: dict[str, tuple[tuple[str, str, str], int]],
+    find: Any,
+    report: AuditReport,
+) -> None:
+    report.exchanges += 1
+    lines = (request.line, line)
+    if request.method not in INPUT_REQUIRED_METHODS:
+        find(
+            "input_required_not_allowed",
+            lines,
+            f"{request.method} answered input_required; only "
+            f"{', '.join(INPUT_REQUIRED_METHODS)} may",
+        )
+        return
+    input_requests = result.get("inputRequests")
+    state = result.get("requestState")
+    if not input_requests and state is None:
+        find("empty_input_required", lines, "neither inputRequests nor requestState")
+    if isinstance(input_requests, dict) and input_requests:
+        try:
+            check_capabilities(request.params.get("_meta"), input_requests)
+        except CapabilityMissing as err:
+            find("undeclared_input_request", lines, str(err))
+        except ValueError as err:
+            find("undeclared_input_request", lines, str(err))
+    identity = _identity(request.method, request.params)
+    exchange = _Exchange(
+        request,
+        request_id,
+        line,
+        frozenset(input_requests) if isinstance(input_requests, dict) else frozenset(),
+        state if isinstance(state, str) else None,
+        ts,
+    )
+    pending[identity] = exchange
+    if exchange.state is not None:
+        issued[exchange.state] = (identity, line)
+
+
+def _check_retry(
+    retry: _Request,
+    retry_id: Any,
+    pending: dict[tuple[str, str, str], _Exchange],
+    issued: dict[str, tuple[tuple[str, str, str], int]],
+    find: Any,
+    report: AuditReport,
+    *,
+    keyset: Keyset | None,
+    audience: str | None,
+    principal: str | None,
+    now: float | None,
+    policy: Policy,
+) -> None:
+    identity = _identity(retry.method, retry.params)
+    state = retry.params.get("requestState")
+    exchange = pending.pop(identity, None)
+    if isinstance(state, str) and state in issued and issued[state][0] != identity:
+        find(
+            "state_reused_on_other_request",
+            (issued[state][1], retry.line),
+            f"the requestState issued on line {issued[state][1]} was presented on another "
+            f"request ({retry.method} {identity[1]})",
+        )
+        return
+    if exchange is None:
+        return  # a retry whose first round is not in the capture
+    before = len(report.findings)
+    lines = (exchange.result_line, retry.line)
+    if state != exchange.state:
+        find(
+            "state_not_echoed",
+            lines,
+            "the retry carries a requestState the result did not send"
+            if exchange.state is None
+            else "the retry did not echo requestState byte for byte",
+        )
+    if json.dumps(retry_id) == json.dumps(exchange.request_id):
+        find(
+            "reused_request_id",
+            (exchange.request.line, retry.line),
+            f"the retry reused JSON-RPC id {retry_id!r}",
+        )
+    responses = retry.params.get("inputResponses")
+    answered = frozenset(responses) if isinstance(responses, dict) else frozenset()
+    if answered != exchange.input_keys:
+        find(
+            "responses_mismatch",
+            lines,
+            f"inputResponses {sorted(answered)} do not answer inputRequests "
+            f"{sorted(exchange.input_keys)}",
+        )
+    if keyset is not None and isinstance(state, str) and state == exchange.state:
+        target, arguments = request_target(retry.method, retry.params)
+        moment = retry.ts if retry.ts is not None else now
+        try:
+            verify(
+                keyset,
+                state,
+                method=retry.method,
+                target=target,
+                arguments=arguments,
+                audience=audience,
+                principal=principal,
+                now=moment,
+                policy=policy,
+            )
+        except TimeWindowError as err:
+            find("state_expired", lines, str(err))
+        except BindingMismatch as err:
+            find("state_binding_mismatch", lines, str(err))
+        except InvalidToken as err:
+            find("state_invalid", lines, str(err))
+    if len(report.findings) == before:
+        report.passed += 1

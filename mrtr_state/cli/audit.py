@@ -1,0 +1,96 @@
+"""``mrtr-state audit``: check every multi round-trip exchange of a captured MCP session."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO
+
+import click
+
+from ..audit import FINDING_KINDS, audit_capture
+from ..errors import KeysetNotFound
+from ..keyset import Keyset
+from ._common import App, emit_json, json_option, pass_app
+
+_PROGRESS_FROM_BYTES = 1 << 20
+
+
+def _lines_with_progress(handle: IO[str], size: int) -> Iterator[str]:
+    with click.progressbar(length=size, label="auditing", file=sys.stderr) as bar:
+        for line in handle:
+            bar.update(len(line.encode("utf-8", "replace")))
+            yield line
+
+
+@click.command("audit")
+@click.option("--audience", "-a", metavar="A", help="Audience the tokens must carry.")
+@click.option("--principal", "-p", metavar="P", help="Principal the tokens must be bound to.")
+@json_option
+@click.argument("capture", type=click.Path(dir_okay=False, allow_dash=True))
+@pass_app
+def audit_cmd(
+    app: App, audience: str | None, principal: str | None, as_json: bool, capture: str
+) -> None:
+    """Audit a captured MCP session (JSON Lines, or - for stdin); exit 1 on any finding.
+
+    Each line is a JSON-RPC message, bare or wrapped as {"ts": ..., "dir": "c2s"|"s2c",
+    "msg": {...}}. Every input_required result is paired with its retry and checked: requestState
+    echoed byte for byte, a new JSON-RPC id, inputResponses answering inputRequests, the token
+    valid under the keyset for the retry's own request (and audience/principal when given) at the
+    retry's time, only declared input-request kinds, only the three allowed methods, and no state
+    reused on another request. Without a keyset the tokens themselves are not verified.
+
+    \b
+    Examples:
+      mrtr-state audit --audience fleet capture.jsonl
+      mrtr-state audit --json - < capture.jsonl | jq .findings_by_kind
+    """
+    settings = app.settings(audience=audience)
+    keyset: Keyset | None
+    try:
+        keyset = app.keyset(settings)
+    except KeysetNotFound:
+        if not settings.keyset_is_default:
+            raise
+        keyset = None
+    with contextlib.ExitStack() as stack:
+        handle: IO[str] = (
+            sys.stdin
+            if capture == "-"
+            else stack.enter_context(open(capture, encoding="utf-8", errors="replace"))
+        )
+        size = os.fstat(handle.fileno()).st_size if capture != "-" else 0
+        lines: Iterator[str] | IO[str] = handle
+        if not as_json and size >= _PROGRESS_FROM_BYTES and sys.stderr.isatty():
+            lines = _lines_with_progress(handle, size)
+        report = audit_capture(
+            lines,
+            keyset=keyset,
+            audience=settings.audience,
+            principal=principal,
+            policy=settings.policy,
+        )
+    if as_json:
+        emit_json({**report.to_dict(), "tokens_verified": keyset is not None})
+    else:
+        verdict = (
+            click.style("clean", fg="green")
+            if report.clean
+            else click.style(f"{len(report.findings)} finding(s)", fg="red", bold=True)
+        )
+        click.echo(
+            f"{report.messages} messages, {report.exchanges} input_required exchange(s), "
+            f"{report.passed} passed, {report.unanswered} never retried: {verdict}"
+        )
+        if keyset is None:
+            click.echo("note: no keyset, so the tokens themselves were not verified")
+        for kind, count in sorted(report.by_kind().items()):
+            click.echo(f"  {kind}: {count} ({FINDING_KINDS[kind]})")
+        for finding in report.findings:
+            lines_text = ", ".join(str(n) for n in finding.lines)
+            click.echo(f"line {lines_text}: {finding.kind}: {finding.message}")
+    if not report.clean:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,212 @@
+"""`mrtr-state audit` on a real capture from the Python SDK, and on variants with one violation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mrtr_state as ms
+from mrtr_state.audit import audit_capture
+from mrtr_state.keyset import Key, derived_kid
+
+from .conftest import shared_vector
+from .test_cli import run
+
+
+def capture() -> list[dict[str, Any]]:
+    text = shared_vector("mcp-sdk", "capture-clean.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def meta() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        shared_vector("mcp-sdk", "capture-clean.meta.json").read_text()
+    )
+    return data
+
+
+def server_keyset() -> ms.Keyset:
+    secret = meta()["server_secret"].encode()
+    return ms.Keyset(
+        [Key(kid=str(derived_kid("mcp-py-v1", secret)), alg="mcp-py-v1", secret=secret)]
+    )
+
+
+def lines_of(entries: list[dict[str, Any]]) -> list[str]:
+    return [json.dumps(entry) for entry in entries]
+
+
+def audit(entries: list[dict[str, Any]], **extra: Any) -> ms.audit.AuditReport:
+    return audit_capture(lines_of(entries), keyset=server_keyset(), audience="fleet", **extra)
+
+
+def test_the_real_capture_is_clean() -> None:
+    report = audit(capture())
+    assert (report.messages, report.exchanges, report.passed, report.findings) == (12, 2, 2, [])
+
+
+def test_bare_messages_and_rfc3339_times_are_understood() -> None:
+    wrapped = capture()
+    rfc3339 = [
+        {**entry, "ts": datetime.fromtimestamp(entry["ts"], UTC).isoformat()} for entry in wrapped
+    ]
+    assert audit(rfc3339).clean
+    bare = [entry["msg"] for entry in wrapped]
+    assert audit(bare).clean  # no times: judged now (these tokens live until 2036)
+    assert audit(bare, now=2_100_000_000).by_kind() == {"state_expired": 2}
+
+
+def _variant(edit: Any, keep: int = 12) -> list[dict[str, Any]]:
+    entries = copy.deepcopy(capture())[:keep]
+    edit(entries)
+    return entries
+
+
+def _params(entries: list[dict[str, Any]], line: int) -> dict[str, Any]:
+    params: dict[str, Any] = entries[line - 1]["msg"]["params"]
+    return params
+
+
+def _result(entries: list[dict[str, Any]], line: int) -> dict[str, Any]:
+    result: dict[str, Any] = entries[line - 1]["msg"]["result"]
+    return result
+
+
+def _flip_state(entries: list[dict[str, Any]]) -> None:
+    state = _params(entries, 5)["requestState"]
+    _params(entries, 5)["requestState"] = state[:-2] + ("AA" if state[-2:] != "AA" else "BB")
+
+
+def _mint_for_paris(entries: list[dict[str, Any]]) -> None:
+    """The server minted the state for another request (Paris) and answered for New York."""
+    token = ms.mint(
+        server_keyset(),
+        "{}",
+        format="mcp-py",
+        method="tools/call",
+        target="get_weather",
+        arguments={"location": "Paris"},
+        audience="fleet",
+        now=entries[3]["ts"],
+    )
+    _result(entries, 4)["requestState"] = token
+    _params(entries, 5)["requestState"] = token
+
+
+VARIANTS: list[tuple[str, Any, int, tuple[int, ...]]] = [
+    ("state_not_echoed", _flip_state, 12, (4, 5)),
+    ("reused_request_id", lambda e: e[4]["msg"].update(id=2), 12, (3, 5)),
+    (
+        "responses_mismatch",
+        lambda e: _params(e, 5).update(inputResponses={"other": {"action": "accept"}}),
+        12,
+        (4, 5),
+    ),
+    ("state_expired", lambda e: e[4].update(ts=2_100_000_000), 12, (4, 5)),
+    (
+        "state_binding_mismatch",
+        _mint_for_paris,
+        12,
+        (4, 5),
+    ),
+    (
+        "state_reused_on_other_request",
+        lambda e: _params(e, 11).update(requestState=_params(e, 5)["requestState"]),
+        12,
+        (4, 11),
+    ),
+    (
+        "undeclared_input_request",
+        lambda e: _params(e, 3)["_meta"]["io.modelcontextprotocol/clientCapabilities"].clear(),
+        12,
+        (3, 4),
+    ),
+    (
+        "input_required_not_allowed",
+        lambda e: _result(e, 8).update(resultType="input_required"),
+        12,
+        (7, 8),
+    ),
+    (
+        "empty_input_required",
+        lambda e: [_result(e, 10).pop("inputRequests"), _result(e, 10).pop("requestState")],
+        10,
+        (9, 10),
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "edit", "keep", "lines"), VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_each_violation_is_found_exactly_once_with_its_lines(
+    kind: str, edit: Any, keep: int, lines: tuple[int, ...]
+) -> None:
+    report = audit(_variant(edit, keep))
+    assert [(f.kind, f.lines) for f in report.findings] == [(kind, lines)], report.findings
+
+
+def test_an_unparseable_line_is_a_finding() -> None:
+    lines = lines_of(capture())
+    lines.insert(2, "{not json")
+    report = audit_capture(lines, keyset=server_keyset(), audience="fleet")
+    assert [(f.kind, f.lines) for f in report.findings] == [("unparseable_line", (3,))]
+
+
+def test_large_captures_stream() -> None:
+    def many() -> Any:
+        entries = capture()
+        for copy_number in range(2000):
+            for entry in entries:
+                shifted = copy.deepcopy(entry)
+                if "id" in shifted["msg"]:
+                    shifted["msg"]["id"] = f"{copy_number}-{shifted['msg']['id']}"
+                yield json.dumps(shifted)
+
+    report = audit_capture(many(), keyset=server_keyset(), audience="fleet")
+    assert (report.exchanges, report.passed, report.clean) == (4000, 4000, True)
+
+
+def test_audit_through_the_cli(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text(meta()["server_secret"])
+    keyset = tmp_path / "keyset.json"
+    run(
+        "--keyset",
+        str(keyset),
+        "keys",
+        "import",
+        "--alg",
+        "mcp-py-v1",
+        "--secret-file",
+        str(tmp_path / "secret"),
+    )
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("\n".join(lines_of(capture())) + "\n")
+    text = run("--keyset", str(keyset), "audit", "--audience", "fleet", str(clean)).stdout
+    assert text.startswith(
+        "12 messages, 2 input_required exchange(s), 2 passed, 0 never retried: clean"
+    )
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines_of(_variant(_flip_state))) + "\n")
+    result = run(
+        "--keyset", str(keyset), "audit", "--json", "--audience", "fleet", str(broken), code=1
+    )
+    report = json.loads(result.stdout)
+    assert report["findings_by_kind"] == {"state_not_echoed": 1}
+    assert report["findings"][0]["lines"] == [4, 5] and report["tokens_verified"] is True
+    piped = run(
+        "--keyset",
+        str(keyset),
+        "audit",
+        "--audience",
+        "fleet",
+        "-",
+        input=broken.read_text(),
+        code=1,
+    )
+    assert "line 4, 5: state_not_echoed" in piped.stdout
+    no_keyset = run("--keyset", str(tmp_path / "none.json"), "audit", str(clean), code=6)
+    assert "keys init" in no_keyset.stderr
