@@ -17,6 +17,7 @@ different moments:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,7 +194,8 @@ def timeline(key: Key, *, now: int, propagation: int, retention: int) -> str:
     if key.status == "active":
         left = unexpired_window(key, now=now, retention=retention)
         return (
-            f"verifies for {ago(left)} more"
+            f"verifies until {time.strftime('%H:%M', time.gmtime(now + left))} UTC "
+            f"({ago(left)} more)"
             if left > 0
             else "verifies; retirable now (no unexpired tokens)"
         )

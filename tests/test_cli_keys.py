@@ -168,7 +168,36 @@ def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
         code=2,
     )
     assert "cannot read secret file" in missing.stderr
-    assert "--secret-file" in run("keys", "import", "--alg", "HS256", code=2).stderr
+    assert "--secret-file or --secret-env" in run("keys", "import", "--alg", "HS256", code=2).stderr
+    from_env = json.loads(
+        run(
+            "--keyset",
+            str(path),
+            "keys",
+            "import",
+            "--alg",
+            "mcp-py-v1",
+            "--secret-env",
+            "SDK_SECRET",
+            "--json",
+            env={"SDK_SECRET": "operator-secret-" + "x" * 20},
+        ).stdout
+    )
+    assert from_env["status"] == "primary" and from_env["alg"] == "mcp-py-v1"
+    assert (
+        "SDK_SECRET is not set"
+        in run(
+            "--keyset",
+            str(path),
+            "keys",
+            "import",
+            "--alg",
+            "mcp-ts-v1",
+            "--secret-env",
+            "SDK_SECRET",
+            code=2,
+        ).stderr
+    )
 
 
 def test_list_shows_the_lifecycle_time_line(path: Path) -> None:

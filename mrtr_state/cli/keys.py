@@ -6,6 +6,7 @@ so two deploy scripts running at once never lose each other's keys.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -130,14 +131,25 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
 @click.option("--alg", type=_ALG, required=True, help="Algorithm the secret is for.")
 @click.option(
     "--secret-file",
-    required=True,
     metavar="FILE|-",
     help="File holding the raw secret bytes, or - for stdin (one trailing newline is stripped).",
+)
+@click.option(
+    "--secret-env",
+    metavar="NAME",
+    help="Environment variable holding the secret (as SDK operators often pass it).",
 )
 @click.option("--primary", is_flag=True, help="Make it the primary at once.")
 @json_option
 @pass_app
-def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bool) -> None:
+def keys_import(
+    app: App,
+    alg: str,
+    secret_file: str | None,
+    secret_env: str | None,
+    primary: bool,
+    as_json: bool,
+) -> None:
     """Import a secret made elsewhere; creates the keyset if it is missing.
 
     The key becomes primary when its algorithm has none (or with --primary), pending otherwise.
@@ -148,10 +160,14 @@ def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bo
       head -c 32 /dev/urandom > secret.bin
       mrtr-state keys import --alg A256GCM --secret-file secret.bin
       vault kv get -field=key secret/mcp | mrtr-state keys import --alg HS256 --secret-file -
+      mrtr-state keys import --alg mcp-py-v1 --secret-env MCP_REQUEST_STATE_KEY
     """
     settings = app.settings()
     path = app.writable_path(settings)
-    secret = _read_secret(secret_file)
+    if (secret_file is None) == (secret_env is None):
+        raise click.UsageError("give exactly one of --secret-file or --secret-env")
+    secret = _read_secret(secret_file) if secret_file is not None else _env_secret(str(secret_env))
+    secret_file = secret_file or f"${secret_env}"
     if not secret_length_ok(alg, secret):
         wanted = f"exactly {ALGORITHMS[alg][1]}" if alg in OWN_ALGORITHMS else "at least 32"
         raise click.UsageError(
@@ -184,6 +200,13 @@ def keys_import(app: App, alg: str, secret_file: str, primary: bool, as_json: bo
         emit_json({"keyset": str(path), **key.describe()})
     else:
         click.echo(f"imported {key.alg} key {key.kid} as {key.status} into {path}")
+
+
+def _env_secret(name: str) -> bytes:
+    value = os.environ.get(name)
+    if not value:
+        raise click.UsageError(f"environment variable {name} is not set or empty")
+    return value.encode("utf-8")
 
 
 def _read_secret(source: str) -> bytes:
