@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -50,6 +51,28 @@ def _report(changes: list[life.Change], *, path: str, dry_run: bool, as_json: bo
         click.echo(f"nothing to do in {path}")
     for change in changes:
         click.echo(f"{verb}{change.action} {change.kid} ({change.alg}): {change.detail}")
+
+
+def _step(
+    path: Path,
+    step: Callable[[Keyset], tuple[Keyset, list[life.Change]]],
+    *,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Apply one lifecycle step under the keyset lock (or only report it) and print the changes."""
+    changes: list[life.Change] = []
+
+    def change(current: Keyset) -> Keyset:
+        changed, made = step(current)
+        changes.extend(made)
+        return changed
+
+    if dry_run:
+        change(Keyset.load(path))
+    else:
+        Keyset.update(path, change)
+    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)
 
 
 @click.group(cls=ErrorMappingGroup)
@@ -236,15 +259,12 @@ def keys_promote(app: App, kid: str, as_json: bool) -> None:
     """
     settings = app.settings()
     path = app.writable_path(settings)
-    changes: list[life.Change] = []
-
-    def change(current: Keyset) -> Keyset:
-        changed, made = life.promote(current, kid, now=_now())
-        changes.extend(made)
-        return changed
-
-    Keyset.update(path, change)
-    _report(changes, path=str(path), dry_run=False, as_json=as_json)
+    _step(
+        path,
+        lambda current: life.promote(current, kid, now=_now()),
+        dry_run=False,
+        as_json=as_json,
+    )
 
 
 @keys.command("retire")
@@ -313,18 +333,12 @@ def keys_prune(app: App, retention: int | None, dry_run: bool, as_json: bool) ->
     settings = app.settings()
     path = app.writable_path(settings)
     keep = settings.retention if retention is None else retention
-    changes: list[life.Change] = []
-
-    def change(current: Keyset) -> Keyset:
-        changed, made = life.prune(current, now=_now(), retention=keep)
-        changes.extend(made)
-        return current if dry_run else changed
-
-    if dry_run:
-        change(app.keyset(settings))
-    else:
-        Keyset.update(path, change)
-    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)
+    _step(
+        path,
+        lambda current: life.prune(current, now=_now(), retention=keep),
+        dry_run=dry_run,
+        as_json=as_json,
+    )
 
 
 @keys.command("list")
@@ -406,17 +420,11 @@ def rotate(
             f"{format_duration(settings.policy.ttl_cap)}: rotation would retire keys whose "
             "tokens are still valid"
         )
-    changes: list[life.Change] = []
-
-    def change(current: Keyset) -> Keyset:
-        changed, made = life.rotate(
+    _step(
+        path,
+        lambda current: life.rotate(
             current, algs=algs or None, now=_now(), propagation=wait, retention=keep
-        )
-        changes.extend(made)
-        return current if dry_run else changed
-
-    if dry_run:
-        change(app.keyset(settings))
-    else:
-        Keyset.update(path, change)
-    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)
+        ),
+        dry_run=dry_run,
+        as_json=as_json,
+    )
