@@ -8,6 +8,7 @@ The official SDK client answers the elicitation (as a user would) and retries wi
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,12 @@ async def answer(context: Any, params: Any) -> ElicitResult:
 
 
 async def main() -> None:
+    # The server is a child process with a clean environment: tell it where the keyset is.
+    keyset = os.path.abspath(os.environ.get("MRTR_STATE_KEYSET", "keys/keyset.json"))
     server = StdioServerParameters(
-        command=sys.executable, args=[str(HERE / "github_login_server.py")]
+        command=sys.executable,
+        args=[str(HERE / "github_login_server.py")],
+        env={"MRTR_STATE_KEYSET": keyset},
     )
     async with Client(server, elicitation_callback=answer) as client:
         first = await client.session.call_tool(
