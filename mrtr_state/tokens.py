@@ -147,10 +147,8 @@ def _seal_claims(
     key = keyset.primary(fmt.alg)
     if format in _SDK_FORMATS:
         return _seal_sdk(fmt, key, state, principal, audience, ttl, now, policy, request)
-    if request is not None and request_id is None and request.method is not None:
-        request_id = make_request_id(
-            method=request.method, target=request.target, arguments=request.arguments
-        )
+    if request is not None:
+        request_id = _own_request_id(request_id, request)
     iat = int(time.time() if now is None else now)
     claims: dict[str, Any] = {
         "iat": iat,
@@ -184,6 +182,19 @@ def _request(
     if method is None and target is None and arguments is None and bind is None:
         return None
     return _Request(method, target, arguments, bind)
+
+
+def _own_request_id(request_id: str | None, request: _Request) -> str | None:
+    """Our formats bind one request id: the caller's, or the fingerprint of the request."""
+    if request.bind is not None:
+        raise ValueError("a bind value applies to mcp-ts tokens only")
+    if request.method is None:
+        return request_id
+    if request_id is not None:
+        raise ValueError("give request_id or method/target/arguments, not both")
+    return make_request_id(
+        method=request.method, target=request.target, arguments=request.arguments
+    )
 
 
 def _seal_sdk(
@@ -350,8 +361,8 @@ def verify(
     elif fmt.name == "mcp-ts":
         claims = sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
     else:
-        if request_id is None and method is not None:
-            request_id = make_request_id(method=method, target=target, arguments=arguments)
+        if method is not None or bind is not None:
+            request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
         claims = _claims_from(plaintext)
         check_lifetime(claims, moment, policy)
         if principal is not None and claims.sub is not None and not fmt.confidential:

@@ -192,3 +192,12 @@ def test_every_error_has_a_stable_code_and_exit_code() -> None:
         assert cls.public_message == ms.PUBLIC_MESSAGE
     codes = [cls.code for cls in table]
     assert len(set(codes)) == len(codes)
+
+
+def test_a_request_is_bound_one_way_only(keyset: ms.Keyset) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        ms.mint(keyset, 1, request_id="r", method="tools/call", target="t")
+    with pytest.raises(ValueError, match="not both"):
+        ms.verify(keyset, ms.mint(keyset, 1), request_id="r", method="tools/call", target="t")
+    with pytest.raises(ValueError, match="mcp-ts tokens only"):
+        ms.mint(keyset, 1, bind="x")
