@@ -460,3 +460,13 @@ def test_keys_add_makes_a_primary_only_when_none_exists(tmp_path: Path) -> None:
     ]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     run("--keyset", str(tmp_path / "none.json"), "keys", "add", code=6)
+
+
+def test_inspect_colours_the_token_on_a_terminal(ks: Path) -> None:
+    token = mint(ks, "--state", "1")
+    result = CliRunner().invoke(
+        cli, ["--keyset", str(ks), "inspect", token], env=CLEAN_ENV, color=True
+    )
+    assert result.exit_code == 0
+    assert token not in result.stdout  # split into coloured segments...
+    assert token in click.unstyle(result.stdout)  # ...that join back to the token
