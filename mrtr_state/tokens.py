@@ -25,11 +25,14 @@ from ._principal import expected_tag, principal_tag
 from .claims import Claims, check_binding, check_lifetime, parse_claims
 from .claims import request_id as make_request_id
 from .errors import (
+    AudienceMismatch,
     InvalidClaims,
     InvalidToken,
     MalformedToken,
     OversizedToken,
+    PrincipalMismatch,
     Replayed,
+    RequestMismatch,
     WrongFormat,
 )
 from .formats import Anatomy, Format, detect_format, get_format
@@ -349,6 +352,13 @@ def verify(
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = _now(now)
     if fmt.name == "mcp-py":
+        if bind is not None:
+            raise ValueError("a bind value applies to mcp-ts tokens only")
+        if request_id is not None:
+            raise RequestMismatch(
+                "request mismatch: mcp-py tokens bind the method, target and arguments, "
+                "not a request id"
+            )
         claims = sdk.check_mcp_py(
             plaintext,
             now=moment,
@@ -359,6 +369,20 @@ def verify(
             principal=principal,
         )
     elif fmt.name == "mcp-ts":
+        # The TypeScript codec binds nothing but its bind value: a verifier that states any other
+        # binding is refused rather than silently given less than it asked for.
+        if principal is not None:
+            raise PrincipalMismatch(
+                "principal mismatch: mcp-ts tokens are not bound to a principal, but one was given"
+            )
+        if audience is not None:
+            raise AudienceMismatch(
+                "audience mismatch: mcp-ts tokens are not bound to an audience, but one was given"
+            )
+        if request_id is not None or method is not None:
+            raise RequestMismatch(
+                "request mismatch: mcp-ts tokens bind only the SDK's bind value; give bind"
+            )
         claims = sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
     else:
         if method is not None or bind is not None:

@@ -319,3 +319,22 @@ def test_captured_tokens_through_the_cli(tmp_path: Path) -> None:
         code=2,
     )
     assert "at least 32" in short.stderr
+
+
+def test_sdk_tokens_refuse_bindings_they_cannot_carry() -> None:
+    ts = sdk_keyset(["k1-" + "a" * 61], "mcp-ts-v1")
+    token = ms.mint(ts, {"x": 1}, format="mcp-ts", ttl=60)
+    for extra, error in (
+        ({"principal": "alice"}, ms.PrincipalMismatch),
+        ({"audience": "fleet"}, ms.AudienceMismatch),
+        ({"request_id": "r"}, ms.RequestMismatch),
+        ({"method": "tools/call", "target": "t"}, ms.RequestMismatch),
+    ):
+        with pytest.raises(error, match="mcp-ts tokens"):
+            ms.verify(ts, token, **extra)
+    py = sdk_keyset(["p" * 40], "mcp-py-v1")
+    py_token = ms.mint(py, "s", format="mcp-py", method="tools/call", target="t")
+    with pytest.raises(ms.RequestMismatch, match="not a request id"):
+        ms.verify(py, py_token, request_id="r")
+    with pytest.raises(ValueError, match="mcp-ts tokens only"):
+        ms.verify(py, py_token, method="tools/call", target="t", bind="b")
