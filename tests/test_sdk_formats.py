@@ -324,12 +324,13 @@ def test_captured_tokens_through_the_cli(tmp_path: Path) -> None:
 def test_sdk_tokens_refuse_bindings_they_cannot_carry() -> None:
     ts = sdk_keyset(["k1-" + "a" * 61], "mcp-ts-v1")
     token = ms.mint(ts, {"x": 1}, format="mcp-ts", ttl=60)
-    for extra, error in (
+    refusals: list[tuple[dict[str, Any], type[ms.InvalidToken]]] = [
         ({"principal": "alice"}, ms.PrincipalMismatch),
         ({"audience": "fleet"}, ms.AudienceMismatch),
         ({"request_id": "r"}, ms.RequestMismatch),
         ({"method": "tools/call", "target": "t"}, ms.RequestMismatch),
-    ):
+    ]
+    for extra, error in refusals:
         with pytest.raises(error, match="mcp-ts tokens"):
             ms.verify(ts, token, **extra)
     py = sdk_keyset(["p" * 40], "mcp-py-v1")
