@@ -24,7 +24,7 @@ with atheris.instrument_imports():
     # The library imports these lazily; load them here so that they are instrumented too.
     import mrtr_state.sdk_envelopes
     from mrtr_state.formats import aead, jwe, jws, mcp_py, mcp_ts  # noqa: F401
-    from mrtr_state.keyset import Key, derived_kid
+    from mrtr_state.keyset import Key
 
 NOW = 1_800_000_000
 FORMATS = ("aead", "jws", "jwe", "mcp-py", "mcp-ts")
@@ -34,7 +34,7 @@ REQUEST: dict[str, Any] = {"method": "tools/call", "target": "t", "arguments": {
 def keyset() -> ms.Keyset:
     own = list(ms.Keyset.generate(now=NOW))
     sdk = [
-        Key(kid=str(derived_kid(alg, secret)), alg=alg, secret=secret)
+        Key.from_secret(alg, secret)
         for alg, secret in (("mcp-py-v1", b"p" * 40), ("mcp-ts-v1", b"t" * 40))
     ]
     return ms.Keyset([*own, *sdk])

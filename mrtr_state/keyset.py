@@ -142,20 +142,32 @@ class Key:
         }
 
     @classmethod
+    def from_secret(
+        cls,
+        alg: str,
+        secret: bytes,
+        *,
+        kid: str | None = None,
+        status: str = "primary",
+        now: int | None = None,
+    ) -> Key:
+        """A key of ``alg`` for ``secret``; SDK keys take the id their secret implies."""
+        if alg not in ALGORITHMS:
+            raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+        chosen = derived_kid(alg, secret) or kid
+        if chosen is None:
+            raise ValueError(f"a {alg} key needs a key id")
+        at = int(time.time()) if now is None else now
+        return cls(kid=chosen, alg=alg, secret=secret, status=status, since={status: at})
+
+    @classmethod
     def generate(
         cls, alg: str, *, kid: str, status: str = "primary", now: int | None = None
     ) -> Key:
+        """A key of ``alg`` with a fresh random secret."""
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-        at = int(time.time()) if now is None else now
-        secret = os.urandom(ALGORITHMS[alg][1])
-        return cls(
-            kid=derived_kid(alg, secret) or kid,
-            alg=alg,
-            secret=secret,
-            status=status,
-            since={status: at},
-        )
+        return cls.from_secret(alg, os.urandom(ALGORITHMS[alg][1]), kid=kid, status=status, now=now)
 
 
 class Keyset:
@@ -286,14 +298,20 @@ class Keyset:
         """A random key id that no key in this keyset uses."""
         return _fresh_kid(self._by_kid.keys())
 
-    def with_new_key(self, alg: str, *, now: int | None = None) -> tuple[Keyset, Key]:
-        """This keyset plus a fresh key of ``alg``: primary if ``alg`` has none, else pending.
+    def with_new_key(
+        self, alg: str, *, secret: bytes | None = None, now: int | None = None
+    ) -> tuple[Keyset, Key]:
+        """This keyset plus a key of ``alg`` (fresh, or for ``secret``): primary if ``alg`` has
+        none, else pending.
 
         A pending key verifies but does not mint, so it can be rolled out to every replica
         before any token depends on it.
         """
         status = "pending" if alg in self._primary else "primary"
-        key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
+        if secret is None:
+            key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
+        else:
+            key = Key.from_secret(alg, secret, kid=self.fresh_kid(), status=status, now=now)
         return self.with_keys([*self._keys, key]), key
 
     def with_keys(self, keys: Iterable[Key]) -> Keyset:

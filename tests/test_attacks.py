@@ -23,7 +23,7 @@ import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
 from mrtr_state.formats import FORMAT_NAMES, OWN_FORMAT_NAMES, get_format
 from mrtr_state.formats._primitives import AESGCM, hmac_key, hmac_sha256
-from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.keyset import Key
 
 from .conftest import NOW
 from .test_cli import run
@@ -37,7 +37,7 @@ def everything() -> ms.Keyset:
     """A keyset that can mint every format, the SDK ones included."""
     own = list(ms.Keyset.generate(now=NOW))
     sdk = [
-        Key(kid=str(derived_kid(alg, secret)), alg=alg, secret=secret)
+        Key.from_secret(alg, secret)
         for alg, secret in (("mcp-py-v1", PY_SECRET), ("mcp-ts-v1", TS_SECRET))
     ]
     return ms.Keyset([*own, *sdk])

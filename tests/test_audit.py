@@ -12,7 +12,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state.audit import audit_capture
-from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.keyset import Key
 
 from .conftest import shared_vector
 from .test_cli import run
@@ -32,9 +32,7 @@ def meta() -> dict[str, Any]:
 
 def server_keyset() -> ms.Keyset:
     secret = meta()["server_secret"].encode()
-    return ms.Keyset(
-        [Key(kid=str(derived_kid("mcp-py-v1", secret)), alg="mcp-py-v1", secret=secret)]
-    )
+    return ms.Keyset([Key.from_secret("mcp-py-v1", secret)])
 
 
 def lines_of(entries: list[dict[str, Any]]) -> list[str]:

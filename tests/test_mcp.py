@@ -11,7 +11,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state import lifecycle
-from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.keyset import Key
 from mrtr_state.mcp import (
     CapabilityMissing,
     KeysetCodec,
@@ -213,10 +213,7 @@ async def _accept(context: Any, params: Any) -> ElicitResult:
 
 
 def sdk_keyset() -> ms.Keyset:
-    secret = SECRET.encode()
-    kid = derived_kid("mcp-py-v1", secret)
-    assert kid is not None
-    return ms.Keyset([Key(kid=kid, alg="mcp-py-v1", secret=secret)])
+    return ms.Keyset([Key.from_secret("mcp-py-v1", SECRET.encode())])
 
 
 BINDING: dict[str, Any] = {

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
-from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.keyset import Key
 
 from .conftest import shared_vector
 from .test_cli import run
@@ -33,10 +33,7 @@ def captured() -> dict[str, Any]:
 def sdk_keyset(secrets: list[str], alg: str) -> ms.Keyset:
     keys = []
     for n, secret in enumerate(secrets):
-        raw = secret.encode()
-        kid = derived_kid(alg, raw)
-        assert kid is not None
-        keys.append(Key(kid=kid, alg=alg, secret=raw, status="primary" if n == 0 else "active"))
+        keys.append(Key.from_secret(alg, secret.encode(), status="active" if n else "primary"))
     return ms.Keyset(keys)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key, derived_kid
+from mrtr_state.keyset import Key
 
 HERE = Path(__file__).resolve().parent
 KEY = "ts-" + "k" * 45
@@ -66,7 +66,7 @@ def node(sdk_folder: Path, **request: Any) -> dict[str, Any]:
 
 def keyset(secret: str = KEY) -> ms.Keyset:
     raw = secret.encode()
-    return ms.Keyset([Key(kid=str(derived_kid("mcp-ts-v1", raw)), alg="mcp-ts-v1", secret=raw)])
+    return ms.Keyset([Key.from_secret("mcp-ts-v1", raw)])
 
 
 def test_the_ts_sdk_verifies_what_we_mint(sdk_folder: Path) -> None:

@@ -19,7 +19,7 @@ from .. import lifecycle as life
 from ..durations import format_duration
 from ..errors import KeysetError
 from ..formats import get_format
-from ..keyset import ALGORITHMS, OWN_ALGORITHMS, Key, Keyset, derived_kid, secret_length_ok
+from ..keyset import ALGORITHMS, OWN_ALGORITHMS, Key, Keyset, secret_length_ok
 from ._common import (
     App,
     ErrorMappingGroup,
@@ -201,18 +201,8 @@ def keys_import(
 
     def add(current: Keyset) -> Keyset:
         now = _now()
-        status = (
-            "pending" if any(k.alg == alg and k.status == "primary" for k in current) else "primary"
-        )
-        key = Key(
-            kid=derived_kid(alg, secret) or current.fresh_kid(),
-            alg=alg,
-            secret=secret,
-            status=status,
-            since={status: now},
-        )
-        changed = current.with_keys([*current, key])
-        if primary and status != "primary":
+        changed, key = current.with_new_key(alg, secret=secret, now=now)
+        if primary and key.status != "primary":
             changed, _changes = life.promote(changed, key.kid, now=now)
         imported.append(changed.get(key.kid) or key)
         return changed
