@@ -1,18 +1,26 @@
-"""Keyset file storage: read refusing unsafe files, write atomically under a lock, mode 0600.
+"""Keyset file storage: read files that pass the permission rule, write atomically under a lock.
 
-A keyset is a deployment-wide secret. Reading refuses a symlink (someone could point it at a
-file they control), anything but a regular file, and a file group or others can access, rather
-than trusting it and fixing permissions later. Writing never leaves a torn or world-readable
-file, even for an instant: the new content goes to a temporary file created 0600 in the same
-folder, is fsynced, renamed over the old one, and the folder is fsynced so the rename survives a
-crash. Concurrent writers (two deploy scripts, a cron job) serialise on an advisory lock file
-beside the keyset; the lock is taken around the whole read-modify-write.
+A keyset is a deployment-wide secret, delivered the ways fleets deliver secrets: a file the
+server's user owns, a Kubernetes Secret mount (``keyset.json -> ..data/keyset.json``, swapped
+atomically on every update, root-owned 0440 when the pod sets ``fsGroup``), a Docker secret under
+``/run/secrets``. Reading therefore follows symlinks and judges the regular file it reaches, with
+PostgreSQL's rule for its TLS key: owned by the running user and not accessible to group or others
+(0600/0400), or owned by root and at most readable by its group (0640/0440). Anything looser, a
+file of another user, or anything but a regular file is refused, and the message names the mode
+found and the mode wanted. A symlink cannot smuggle a looser file past the rule: the rule is
+applied to the file the open reached, through its descriptor.
+
+Writing never leaves a torn or world-readable file, even for an instant: the new content goes to a
+temporary file created 0600 in the same folder, is fsynced, renamed over the old one, and the
+folder is fsynced so the rename survives a crash. Concurrent writers (two deploy scripts, a cron
+job) serialise on an advisory lock file beside the keyset, taken around the whole
+read-modify-write. A symlinked or read-only keyset is a copy some other system owns (a Secret, a
+mount): writing refuses it and says to change the source of truth instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import stat
@@ -29,10 +37,35 @@ from .errors import (
     KeysetPermissions,
 )
 
-__all__ = ["MAX_KEYSET_BYTES", "keyset_lock", "read_keyset_text", "write_keyset_text"]
+__all__ = [
+    "MAX_KEYSET_BYTES",
+    "Stamp",
+    "check_writable",
+    "keyset_lock",
+    "permission_problem",
+    "read_keyset_file",
+    "stamp",
+    "write_keyset_text",
+]
 
 MAX_KEYSET_BYTES = 4 * 1024 * 1024
 LOCK_TIMEOUT_SECONDS = 10.0
+
+#: What identifies one version of a file: device, inode, size, modification and change times.
+#: A Kubernetes swap or an atomic rename changes the inode; an edit in place changes the times.
+Stamp = tuple[int, int, int, int, int]
+
+
+def _stamp_of(info: os.stat_result) -> Stamp:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def stamp(path: Path) -> Stamp | None:
+    """The stamp of the file ``path`` leads to now (symlinks followed), or None if there is none."""
+    try:
+        return _stamp_of(os.stat(path))
+    except OSError:
+        return None
 
 
 def _lock_path(path: Path) -> Path:
@@ -41,11 +74,12 @@ def _lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def keyset_lock(path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
-    """Hold the exclusive writer lock of the keyset at ``path``.
+    """Hold the exclusive writer lock of the keyset at ``path`` (refusing a read-only keyset).
 
     The lock lives in ``<keyset>.lock`` (never the keyset itself, which is replaced by rename and
     so would lose a lock taken on its old inode). The kernel drops it if the holder dies.
     """
+    check_writable(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock_file = _lock_path(path)
     try:
@@ -70,38 +104,107 @@ def keyset_lock(path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
         os.close(fd)  # closing releases the lock
 
 
-def read_keyset_text(path: Path) -> str:
-    """Read a keyset file, refusing symlinks, non-regular files and loose permissions."""
+_SOURCE_OF_TRUTH = (
+    "keep the writable source of truth in a regular file of your own (mode 0600), run mrtr-state "
+    "against that file and ship it again (see Deploying in the README)"
+)
+
+
+def check_writable(path: Path) -> None:
+    """Refuse to write a keyset that is a deployed copy: a symlink, a read-only file or mount.
+
+    A Kubernetes Secret mount is a symlink on a read-only file system and a Docker secret is
+    usually a read-only file; writing there would fail half-way, or succeed on one replica and be
+    overwritten at the next sync. The keys must change where they come from.
+    """
+    if path.is_symlink():
+        raise KeysetPermissions(
+            f"keyset {path} is a symlink (to {os.readlink(path)}), as in a Kubernetes Secret "
+            f"mount; mrtr-state writes only a regular file: {_SOURCE_OF_TRUTH}"
+        )
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        raise KeysetError(f"cannot check keyset {path}: {err.strerror}") from None
+    if info is not None and not info.st_mode & stat.S_IWUSR:
+        raise KeysetPermissions(
+            f"keyset {path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}), as a deployed "
+            f"copy is; {_SOURCE_OF_TRUTH}. If this file is the source of truth: chmod 600 {path}"
+        )
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if folder is not None and os.statvfs(folder).f_flag & os.ST_RDONLY:
+        raise KeysetPermissions(
+            f"keyset {path} is on a read-only file system (a secret mount?); {_SOURCE_OF_TRUTH}"
+        )
+
+
+def permission_problem(mode: int, owner: int, euid: int) -> str | None:
+    """Why a regular file of this mode and owner may not hold a keyset for user ``euid``, or None.
+
+    Owned by ``euid``: no access at all for group or others (0600, 0400). Owned by root: at most
+    read access for the group (0640, 0440: a Kubernetes ``fsGroup`` mount). Nothing else.
+    """
+    bits = stat.S_IMODE(mode)
+    if owner == 0 and not bits & 0o037:
+        return None
+    if owner == euid and not bits & 0o077:
+        return None
+    if owner not in (0, euid):
+        return (
+            f"belongs to uid {owner}, neither the user running mrtr-state (uid {euid}) nor root; "
+            f"a keyset must be owned by one of them"
+        )
+    loose = _describe_access(bits & (0o037 if owner == 0 else 0o077))
+    if owner == 0:
+        return (
+            f"has mode {bits:04o} (owner root), {loose}; a root-owned keyset may be at most "
+            "group-readable: 0640 or 0440"
+        )
+    return (
+        f"has mode {bits:04o} (owner uid {owner}), {loose}; a keyset owned by the user running "
+        "mrtr-state must be 0600 or 0400"
+    )
+
+
+def _describe_access(bits: int) -> str:
+    """``readable by others, writable by group``: who may do what, from permission bits."""
+    parts = []
+    for who, shift in (("group", 3), ("others", 0)):
+        can = [
+            verb for verb, bit in (("read", 4), ("write", 2), ("execute", 1)) if bits >> shift & bit
+        ]
+        if can:
+            parts.append(f"{who} may {'/'.join(can)} it")
+    return ", ".join(parts)
+
+
+def read_keyset_file(path: Path) -> tuple[str, Stamp]:
+    """Read a keyset file that passes the permission rule; return its text and its stamp.
+
+    Symlinks are followed and the file reached is judged through the open descriptor, so what is
+    checked is exactly what is read, even while a Kubernetes swap replaces it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise KeysetNotFound(
             f"no keyset at {path}; create one with: mrtr-state keys init (or pass --keyset)"
         ) from None
     except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise KeysetPermissions(
-                f"keyset {path} is a symlink, which is refused; point --keyset at the real file"
-            ) from None
         raise KeysetPermissions(f"cannot read keyset {path}: {err.strerror}") from None
     try:
         info = os.fstat(fd)
+        shown = _shown(path)
         if not stat.S_ISREG(info.st_mode):
-            raise KeysetPermissions(f"keyset {path} is not a regular file")
-        if info.st_uid not in (os.geteuid(), 0):
-            raise KeysetPermissions(
-                f"keyset {path} belongs to another user (uid {info.st_uid}); a keyset must be "
-                "owned by the user that runs mrtr-state (or root)"
-            )
-        loose = stat.S_IMODE(info.st_mode) & 0o077
-        if loose:
-            raise KeysetPermissions(
-                f"keyset {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}); fix it with: chmod 600 {path}"
-            )
+            raise KeysetPermissions(f"keyset {shown} is not a regular file")
+        problem = permission_problem(info.st_mode, info.st_uid, os.geteuid())
+        if problem is not None:
+            raise KeysetPermissions(f"keyset {shown} {problem}; {_fix(path, info.st_uid)}")
         if info.st_size > MAX_KEYSET_BYTES:
             raise KeysetPermissions(
-                f"keyset {path} is {info.st_size} bytes, over the {MAX_KEYSET_BYTES}-byte limit; "
+                f"keyset {shown} is {info.st_size} bytes, over the {MAX_KEYSET_BYTES}-byte limit; "
                 "prune retired keys"
             )
         with os.fdopen(fd, "rb", closefd=False) as handle:
@@ -109,21 +212,38 @@ def read_keyset_text(path: Path) -> str:
     finally:
         os.close(fd)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), _stamp_of(info)
     except UnicodeDecodeError:
         raise KeysetInvalid(f"keyset {path} is not UTF-8 text") from None
+
+
+def _fix(path: Path, owner: int) -> str:
+    real = os.path.realpath(path)
+    if owner == os.geteuid():
+        return f"fix it with: chmod 600 {real}"
+    if owner == 0:
+        return (
+            f"fix it with: chmod 640 {real} (for a Kubernetes Secret or a Docker secret, "
+            "set its mode to 0400, or 0440 with fsGroup)"
+        )
+    return f"fix it with: chown {os.geteuid()} {real}, or run mrtr-state as uid {owner}"
+
+
+def _shown(path: Path) -> str:
+    """``path``, and the file it leads to when that is another (a symlink, a Secret mount)."""
+    real = os.path.realpath(path)
+    return str(path) if real == os.path.abspath(path) else f"{path} (-> {real})"
 
 
 def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
     """Atomically replace (or create) the keyset at ``path`` with ``text``, mode 0600.
 
-    The caller must hold :func:`keyset_lock` (it read the content being replaced under it).
+    The caller must hold :func:`keyset_lock`, which refused a read-only keyset and serialises the
+    read-modify-write.
     """
     folder = path.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     _check_folder(folder)
-    if path.is_symlink():
-        raise KeysetPermissions(f"keyset {path} is a symlink, which is refused")
     _remove_stale_temporaries(path)
     if not overwrite and path.exists():
         raise KeysetExists(f"a keyset already exists at {path}; pass --force to replace it")

@@ -15,8 +15,10 @@ Secrets never appear in ``repr``, ``str`` or error messages.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +29,7 @@ from . import keyfile
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
 from .errors import (
     KeyRetired,
+    KeysetError,
     KeysetInvalid,
     KeysetNotFound,
     NoPrimaryKey,
@@ -37,6 +40,7 @@ from .errors import (
 __all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
 T = TypeVar("T")
+_log = logging.getLogger("mrtr_state")
 
 #: Key algorithm -> (format that uses it, length of a generated secret in bytes).
 ALGORITHMS: Mapping[str, tuple[str, int]] = {
@@ -170,26 +174,30 @@ class Key:
         return cls.from_secret(alg, os.urandom(ALGORITHMS[alg][1]), kid=kid, status=status, now=now)
 
 
-class Keyset:
-    """An immutable, validated set of keys with O(1) routing by key id.
+class _Table:
+    """One validated version of a keyset: its keys and the look-ups built from them.
 
-    Build one with :meth:`load`, :meth:`from_json` or :meth:`generate`; change one by making a new
-    keyset (:meth:`with_keys`) and saving it under the file lock (:meth:`update`).
+    Swapped whole when a watched file changes, so a reader sees one version or the next, never a
+    mix of the two.
     """
 
-    __slots__ = ("_by_kid", "_derived", "_keys", "_primary", "source")
+    __slots__ = ("by_kid", "derived", "keys", "primary")
 
-    def __init__(self, keys: Iterable[Key], *, source: str = "keyset") -> None:
-        self.source = source
-        self._keys = tuple(keys)
-        self._by_kid: dict[str, Key] = {}
-        self._primary: dict[str, Key] = {}
-        self._derived: dict[str, Any] = {}
-        for key in self._keys:
-            self._admit(key)
+    def __init__(self, keys: Iterable[Key], source: str, previous: _Table | None = None) -> None:
+        self.keys: tuple[Key, ...] = ()
+        self.by_kid: dict[str, Key] = {}
+        self.primary: dict[str, Key] = {}
+        self.derived: dict[str, Any] = {}
+        admitted = []
+        for key in keys:
+            if previous is not None:
+                key = _keep_prepared(key, previous.by_kid.get(key.kid))
+            self._admit(key, source)
+            admitted.append(key)
+        self.keys = tuple(admitted)
 
-    def _admit(self, key: Key) -> None:
-        where = f"{self.source}: key {key.kid!r}"
+    def _admit(self, key: Key, source: str) -> None:
+        where = f"{source}: key {key.kid!r}"
         if not isinstance(key.kid, str) or not _KID.fullmatch(key.kid):
             raise KeysetInvalid(f"{where}: a key id must be 8 lowercase hex digits")
         if key.alg not in ALGORITHMS:
@@ -216,44 +224,148 @@ class Keyset:
             raise KeysetInvalid(
                 f"{where}: unknown status {key.status!r}; use one of {', '.join(STATUSES)}"
             )
-        if key.kid in self._by_kid:
+        if key.kid in self.by_kid:
             raise KeysetInvalid(
-                f"{self.source}: key id {key.kid} appears twice; key ids must be unique "
+                f"{source}: key id {key.kid} appears twice; key ids must be unique "
                 "(remove or regenerate one of them)"
             )
         if key.status == "primary":
-            if key.alg in self._primary:
+            if key.alg in self.primary:
                 raise KeysetInvalid(
-                    f"{self.source}: keys {self._primary[key.alg].kid} and {key.kid} are both "
+                    f"{source}: keys {self.primary[key.alg].kid} and {key.kid} are both "
                     f"primary for {key.alg}; at most one may be (mark the older one active)"
                 )
-            self._primary[key.alg] = key
-        self._by_kid[key.kid] = key
+            self.primary[key.alg] = key
+        self.by_kid[key.kid] = key
+
+
+def _keep_prepared(key: Key, before: Key | None) -> Key:
+    """``key``, sharing the primitives already built for the same secret (a status change)."""
+    if before is None or before.alg != key.alg or before.secret != key.secret:
+        return key
+    return replace(key, _prepared=before._prepared)
+
+
+class _FileWatch:
+    """Where a loaded keyset came from, and when to look at that file again."""
+
+    __slots__ = ("interval", "lock", "next_check", "path", "problem", "stamp")
+
+    def __init__(self, path: Path, stamp: keyfile.Stamp, interval: float) -> None:
+        self.path = path
+        self.stamp = stamp
+        self.interval = interval
+        self.next_check = time.monotonic() + interval
+        self.lock = threading.Lock()
+        self.problem: KeysetError | None = None
+
+    def refresh(self, keyset: Keyset, *, wait: bool) -> bool:
+        """Re-read the file if it changed; True if ``keyset`` now holds a new version.
+
+        A file that cannot be used (missing for a moment during a swap, half-written, invalid,
+        loosened permissions) never replaces the good version in memory: it is reported once,
+        through the ``mrtr_state`` logger, and kept in :attr:`problem`; on demand it is raised.
+        """
+        if not self.lock.acquire(blocking=wait):
+            return False  # another thread is reading the file right now
+        try:
+            self.next_check = time.monotonic() + self.interval
+            if keyfile.stamp(self.path) == self.stamp:
+                self._recovered(keyset, changed=False)
+                return False
+            try:
+                text, stamp = keyfile.read_keyset_file(self.path)
+                table = _Table(_parse_keys(text, keyset.source), keyset.source, keyset._table)
+            except KeysetError as err:
+                if self.problem is None or str(err) != str(self.problem):
+                    _log.warning("%s; still using the keyset loaded before", err)
+                self.problem = err
+                if wait:
+                    raise
+                return False
+            keyset._table, self.stamp = table, stamp
+            self._recovered(keyset, changed=True)
+            return True
+        finally:
+            self.lock.release()
+
+    def _recovered(self, keyset: Keyset, *, changed: bool) -> None:
+        if changed or self.problem is not None:
+            _log.info("keyset %s loaded again: %d keys", keyset.source, len(keyset._table.keys))
+        self.problem = None
+
+
+class Keyset:
+    """A validated set of keys with O(1) routing by key id.
+
+    Built with :meth:`generate`, :meth:`from_json` or by hand, a keyset never changes. Loaded
+    from a file with :meth:`load`, it follows that file: at most once per ``reload_interval``
+    (a stat call, nothing more when nothing changed) it re-reads a file that changed, so a
+    running server picks up a key rotated in, promoted or revoked without a restart. Change the
+    file itself with :meth:`update`, which works on a copy under the file lock.
+    """
+
+    __slots__ = ("_table", "_watch", "source")
+
+    def __init__(self, keys: Iterable[Key], *, source: str = "keyset") -> None:
+        self.source = source
+        self._table = _Table(keys, source)
+        self._watch: _FileWatch | None = None
+
+    def _current(self) -> _Table:
+        watch = self._watch
+        if watch is not None and time.monotonic() >= watch.next_check:
+            watch.refresh(self, wait=False)
+        return self._table
 
     # --- reading ---------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Keyset:
-        """Load and validate the keyset file at ``path`` (refusing unsafe files)."""
+    def load(cls, path: str | os.PathLike[str], *, reload_interval: float | None = 1.0) -> Keyset:
+        """Load and validate the keyset file at ``path`` (refusing unsafe files).
+
+        The keyset then follows the file, checking it at most every ``reload_interval``
+        seconds; ``None`` loads it once. Symlinks are followed (a Kubernetes Secret mount is
+        ``keyset.json -> ..data/keyset.json``) and the file reached must pass the permission
+        rule of :mod:`mrtr_state.keyfile`.
+        """
         target = Path(path)
-        return cls.from_json(keyfile.read_keyset_text(target), source=str(target))
+        text, stamp = keyfile.read_keyset_file(target)
+        keyset = cls(_parse_keys(text, str(target)), source=str(target))
+        if reload_interval is not None:
+            if reload_interval < 0:
+                raise ValueError(f"reload_interval must be >= 0 seconds, got {reload_interval}")
+            keyset._watch = _FileWatch(target, stamp, reload_interval)
+        return keyset
+
+    def reload(self) -> bool:
+        """Re-read the file now if it changed; True if a new version was loaded.
+
+        Raises the :class:`KeysetError` of a file that cannot be used; the keyset keeps its last
+        good version. A keyset that did not come from a file has nothing to reload (False).
+        """
+        if self._watch is None:
+            return False
+        return self._watch.refresh(self, wait=True)
+
+    @property
+    def path(self) -> Path | None:
+        """The file this keyset follows, if it follows one."""
+        return None if self._watch is None else self._watch.path
+
+    @property
+    def reload_error(self) -> KeysetError | None:
+        """Why the followed file could not be used at the last look, or None (for health checks)."""
+        return None if self._watch is None else self._watch.problem
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "keyset") -> Keyset:
         """Parse a JWK Set document (the keyset file's content)."""
-        try:
-            document = json_loads(text.strip())
-        except EncodingError as err:
-            raise KeysetInvalid(f"{source} is not valid JSON: {err}") from None
-        if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-            raise KeysetInvalid(f'{source} must be a JSON object with a "keys" list (a JWK Set)')
-        return cls(
-            (_key_from_jwk(jwk, source, n) for n, jwk in enumerate(document["keys"])), source=source
-        )
+        return cls(_parse_keys(text, source), source=source)
 
     def to_json(self) -> str:
         """The keyset file content, secrets included. Only :meth:`save` should need it."""
-        keys = ",\n    ".join(json_dumps(key.to_jwk()) for key in self._keys)
+        keys = ",\n    ".join(json_dumps(key.to_jwk()) for key in self)
         return '{\n  "keys": [\n    ' + keys + "\n  ]\n}\n" if keys else '{\n  "keys": []\n}\n'
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
@@ -273,11 +385,12 @@ class Keyset:
         """Read, change and write back the keyset at ``path``, all under the writer lock.
 
         With ``create`` a missing file counts as an empty keyset (``keys import`` on a new host).
+        A symlinked or read-only keyset (a deployed copy) is refused before anything is read.
         """
         target = Path(path)
         with keyfile.keyset_lock(target):
             try:
-                current = cls.load(target)
+                current = cls.load(target, reload_interval=None)
             except KeysetNotFound:
                 if not create:
                     raise
@@ -296,7 +409,7 @@ class Keyset:
 
     def fresh_kid(self) -> str:
         """A random key id that no key in this keyset uses."""
-        return _fresh_kid(self._by_kid.keys())
+        return _fresh_kid(self._current().by_kid.keys())
 
     def with_new_key(
         self, alg: str, *, secret: bytes | None = None, now: int | None = None
@@ -307,56 +420,60 @@ class Keyset:
         A pending key verifies but does not mint, so it can be rolled out to every replica
         before any token depends on it.
         """
-        status = "pending" if alg in self._primary else "primary"
+        table = self._current()
+        status = "pending" if alg in table.primary else "primary"
         if secret is None:
             key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
         else:
             key = Key.from_secret(alg, secret, kid=self.fresh_kid(), status=status, now=now)
-        return self.with_keys([*self._keys, key]), key
+        return self.with_keys([*table.keys, key]), key
 
     def with_keys(self, keys: Iterable[Key]) -> Keyset:
+        """A new keyset of ``keys`` under the same name; it follows no file."""
         return Keyset(keys, source=self.source)
 
     def replace_key(self, key: Key, **changes: Any) -> Keyset:
         changed = replace(key, _prepared={}, **changes)
-        return self.with_keys(changed if k is key else k for k in self._keys)
+        return self.with_keys(changed if k is key else k for k in self)
 
     # --- lookups ---------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Key]:
-        return iter(self._keys)
+        return iter(self._current().keys)
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._current().keys)
 
     def __repr__(self) -> str:
-        return f"Keyset({self.source!r}, {len(self._keys)} keys)"
+        return f"Keyset({self.source!r}, {len(self)} keys)"
 
-    def derived(self, purpose: str, build: Callable[[Keyset], T]) -> T:
-        """A lookup table built from this (immutable) keyset once, e.g. exact JOSE headers."""
+    def derived(self, purpose: str, build: Callable[[tuple[Key, ...]], T]) -> T:
+        """A look-up table built once per version of the keyset, e.g. exact JOSE headers."""
+        table = self._current()
         try:
-            return self._derived[purpose]  # type: ignore[no-any-return]
+            return table.derived[purpose]  # type: ignore[no-any-return]
         except KeyError:
-            made = self._derived[purpose] = build(self)
+            made = table.derived[purpose] = build(table.keys)
             return made
 
     def get(self, kid: str) -> Key | None:
-        return self._by_kid.get(kid)
+        return self._current().by_kid.get(kid)
 
     def primary(self, alg: str) -> Key:
         """The key that mints tokens of algorithm ``alg``."""
         try:
-            return self._primary[alg]
+            return self._current().primary[alg]
         except KeyError:
             fmt = ALGORITHMS.get(alg, ("?",))[0]
             raise NoPrimaryKey(
                 f"{self.source} has no primary {alg} key to mint {fmt} tokens; add one with: "
-                f"mrtr-state keys init --alg {alg} (new keyset) or promote a pending key"
+                f"mrtr-state keys add --alg {alg}, or promote a pending one with: "
+                "mrtr-state keys promote KID"
             ) from None
 
     def verifying_key(self, kid: str, alg: str) -> Key:
         """The key a token names, if it may verify tokens of ``alg``; else the precise refusal."""
-        key = self._by_kid.get(kid)
+        key = self._current().by_kid.get(kid)
         if key is None:
             raise UnknownKey(f"unknown key id {kid}")
         if key.alg != alg:
@@ -364,6 +481,17 @@ class Keyset:
         if key.status == "retired":
             raise KeyRetired(f"key {kid} is retired; its tokens are no longer accepted")
         return key
+
+
+def _parse_keys(text: str, source: str) -> list[Key]:
+    """The keys of a JWK Set document, each checked for shape (the table checks invariants)."""
+    try:
+        document = json_loads(text.strip())
+    except EncodingError as err:
+        raise KeysetInvalid(f"{source} is not valid JSON: {err}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise KeysetInvalid(f'{source} must be a JSON object with a "keys" list (a JWK Set)')
+    return [_key_from_jwk(jwk, source, n) for n, jwk in enumerate(document["keys"])]
 
 
 def _fresh_kid(taken: Iterable[str]) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .claims import request_id as fingerprint
@@ -224,8 +223,9 @@ class KeysetCodec:
 
     Pass it as ``RequestStateSecurity(codec=KeysetCodec(...))``: the SDK keeps stamping and
     checking its envelope (expiry, request, audience, principal); the codec adds our keysets, key
-    ids, staged rotation and formats. Given a path, the keyset file is re-read whenever it
-    changes, so ``mrtr-state keys add``/``promote`` take effect on a running server without a
+    ids, staged rotation and formats. Given a path (or a keyset from :meth:`Keyset.load`), the
+    keyset follows its file, so a key rolled out, promoted or revoked (``mrtr-state keys ...``,
+    a Kubernetes Secret update) takes effect on a running server within a second, without a
     restart, and in-flight tokens of the previous primary still open. With ``once``, each token
     opens at most once until its envelope expires.
     """
@@ -245,22 +245,11 @@ class KeysetCodec:
         self._format = format
         self._once = once
         self._policy = policy
-        self._path = None if isinstance(keyset, Keyset) else Path(keyset)
         self._keyset = keyset if isinstance(keyset, Keyset) else Keyset.load(keyset)
-        self._stamp = self._file_stamp()
-
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        if self._path is None:
-            return None
-        info = os.stat(self._path)
-        return info.st_ino, info.st_mtime_ns, info.st_size
 
     @property
     def keyset(self) -> Keyset:
-        if self._path is not None:
-            stamp = self._file_stamp()
-            if stamp != self._stamp:
-                self._keyset, self._stamp = Keyset.load(self._path), stamp
+        """The keyset in use; a loaded one follows its file (see :meth:`Keyset.load`)."""
         return self._keyset
 
     def seal(self, payload: bytes) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ._common import App, ErrorMappingGroup
+from ._common import CONFIG_HELP, KEYSET_HELP, App, ErrorMappingGroup, with_global_options
 
 # Each command's module is imported only when that command runs: `mrtr-state verify` in a shell
 # loop should not pay for the key-lifecycle code.
@@ -42,7 +42,7 @@ class LazyGroup(ErrorMappingGroup):
         module_name, attribute = target.split(":")
         module = importlib.import_module(f"{__name__}.{module_name}")
         command: click.Command = getattr(module, attribute)
-        return command
+        return with_global_options(command)
 
 
 # --- the group ------------------------------------------------------------------------------
@@ -53,12 +53,12 @@ class LazyGroup(ErrorMappingGroup):
     "--keyset",
     "-k",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json].",
+    help=KEYSET_HELP + " Also accepted after any command.",
 )
 @click.option(
     "--config",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml].",
+    help=CONFIG_HELP + " Also accepted after any command.",
 )
 @click.version_option(package_name="mrtr-state")
 @click.pass_context

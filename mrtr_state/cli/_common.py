@@ -25,8 +25,53 @@ from ..keyset import Keyset
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+KEYSET_HELP = "Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json]."
+CONFIG_HELP = "TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml]."
+
+
+def _remember_flag(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    """Option callback: a --keyset or --config given here beats one given further out."""
+    app = ctx.find_object(App)
+    if value is not None and app is not None:
+        setattr(app, f"{param.name}_flag", value)
+
+
+def with_global_options(command: click.Command) -> click.Command:
+    """Give ``command`` the global --keyset and --config, so that they work after it too.
+
+    Scripts written from the CLI contract put them anywhere (``mrtr-state verify --keyset prod.json
+    TOKEN``); the one closest to the command wins, as with kubectl or gh.
+    """
+    names = {name for param in command.params for name in getattr(param, "opts", ())}
+    if "--keyset" not in names:
+        path = click.Path(dir_okay=False, path_type=Path)
+        command.params += [
+            click.Option(
+                ["--keyset", "-k"],
+                type=path,
+                expose_value=False,
+                callback=_remember_flag,
+                help=KEYSET_HELP,
+            ),
+            click.Option(
+                ["--config"],
+                type=path,
+                expose_value=False,
+                callback=_remember_flag,
+                help=CONFIG_HELP,
+            ),
+        ]
+    return command
+
+
 class ErrorMappingGroup(click.Group):
-    """A group that turns library errors into one stderr line and the documented exit code."""
+    """A group that turns library errors into one stderr line and the documented exit code.
+
+    Every command added to it takes the global options too (see :func:`with_global_options`).
+    """
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        super().add_command(with_global_options(cmd), name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

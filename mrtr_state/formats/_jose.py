@@ -53,7 +53,7 @@ class ExactHeader:
         """
         by_header = keyset.derived(
             f"{self.what}-headers",
-            lambda ks: {self.encode(key.kid): key for key in ks if key.alg == alg},
+            lambda keys: {self.encode(key.kid): key for key in keys if key.alg == alg},
         )
         key = by_header.get(segment)
         if key is None or key.status == "retired":
