@@ -94,3 +94,45 @@ def as_user(uid: int, groups: tuple[int, ...], function: Callable[[], T]) -> T:
         raise value
     result: T = value
     return result
+
+
+def verify_in_a_loop(path: str, tokens: list[str], revoked: str, stop: str, report: str) -> None:
+    """A replica: verify ``tokens`` (whose keys stay) and ``revoked`` over and over until ``stop``
+    exists; write counts, and when ``revoked`` was first refused (monotonic), to ``report``."""
+    import json
+
+    import mrtr_state as ms
+
+    keyset = ms.Keyset.load(path)  # the default one-second reload interval, as a server has it
+    checks = 0
+    rejections: dict[str, int] = {}
+    revoked_accepted = 0
+    revoked_refused_at: float | None = None
+    while not os.path.exists(stop):
+        for token in tokens:
+            checks += 1
+            try:
+                ms.verify(keyset, token)
+            except ms.InvalidToken as err:
+                rejections[err.code] = rejections.get(err.code, 0) + 1
+        try:
+            ms.verify(keyset, revoked)
+        except ms.KeyRetired:
+            if revoked_refused_at is None:
+                revoked_refused_at = time.monotonic()
+        except ms.InvalidToken as err:
+            rejections["revoked:" + err.code] = rejections.get("revoked:" + err.code, 0) + 1
+        else:
+            revoked_accepted += 1
+            if revoked_refused_at is not None:  # once refused, a revoked key must stay refused
+                rejections["revoked_accepted_again"] = 1
+    Path(report).write_text(
+        json.dumps(
+            {
+                "checks": checks,
+                "rejections": rejections,
+                "revoked_accepted": revoked_accepted,
+                "revoked_refused_at": revoked_refused_at,
+            }
+        )
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -12,7 +12,7 @@ import click
 from .. import _render
 from .._encoding import json_dumps
 from ..claims import Claims
-from ..errors import InvalidToken, KeysetNotFound
+from ..errors import InvalidToken, KeysetNotFound, OversizedToken
 from ..keyset import Keyset
 from ..replay import open_store
 from ..tokens import inspect as inspect_token
@@ -29,6 +29,7 @@ from ._common import (
     request_binding,
     single_token,
 )
+from ._stdin import read_lines
 
 # --- tokens ---------------------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ def verify_cmd(
     keyset = app.keyset(settings)
     store = open_store(settings.replay_store) if once else None
 
-    def check(text: str) -> Claims:
+    def check(text: str | bytes) -> Claims:
         return verify(
             keyset,
             text,
@@ -164,7 +165,9 @@ def verify_cmd(
         )
 
     if token == "-":
-        raise click.exceptions.Exit(_verify_lines(check, sys.stdin, as_json))
+        # a line may carry surrounding whitespace: allow a little over the token cap
+        limit = settings.policy.max_size + 256
+        raise click.exceptions.Exit(_verify_lines(check, limit, as_json))
     try:
         claims = check(token)
     except InvalidToken as err:
@@ -177,29 +180,23 @@ def verify_cmd(
         click.echo(json_dumps(claims.state))
 
 
-def _verify_lines(check: Callable[[str], Claims], lines: Iterator[str] | Any, as_json: bool) -> int:
-    """Verify one token per line; one result line each. Returns the exit code."""
+def _verify_lines(check: Callable[[bytes], Claims], limit: int, as_json: bool) -> int:
+    """Verify one token per line of stdin; one result line each. Returns the exit code."""
     first_failure = 0
     out = sys.stdout
-    for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text:
-            continue
+    for number, line in enumerate(read_lines(sys.stdin.buffer, limit, out.flush), start=1):
         try:
+            if line is None:
+                raise OversizedToken(f"line {number} is over the {limit}-byte size cap")
+            text = line.strip()
+            if not text:
+                continue
             claims = check(text)
         except InvalidToken as err:
             first_failure = first_failure or err.exit_code
             if as_json:
-                out.write(
-                    json_dumps(
-                        {
-                            "line": number,
-                            "valid": False,
-                            "error": {"code": err.code, "message": str(err)},
-                        }
-                    )
-                    + "\n"
-                )
+                failure = {"code": err.code, "message": str(err)}
+                out.write(json_dumps({"line": number, "valid": False, "error": failure}) + "\n")
             else:
                 out.write(f"rejected: {err}\n")
             continue
