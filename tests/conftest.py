@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,15 @@ def keyset_path(tmp_path: Path, keyset: ms.Keyset) -> Path:
     path = tmp_path / "keys" / "keyset.json"
     keyset.save(path)
     return path
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder other users can traverse (pytest's tmp_path sits under a 0700 folder of root)."""
+    folder = Path(tempfile.mkdtemp(prefix="mrtr-mounts-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
 
 
 def shared_vector(*parts: str) -> Path:

@@ -470,3 +470,85 @@ def test_inspect_colours_the_token_on_a_terminal(ks: Path) -> None:
     assert result.exit_code == 0
     assert token not in result.stdout  # split into coloured segments...
     assert token in click.unstyle(result.stdout)  # ...that join back to the token
+
+
+# --- global options anywhere ----------------------------------------------------------------
+
+
+def _leaf_commands() -> list[tuple[str, ...]]:
+    return [path for path in _commands(cli) if not isinstance(_command(path), click.Group)]
+
+
+@pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
+def test_every_command_takes_keyset_and_config_after_it(path: tuple[str, ...]) -> None:
+    names = {opt for param in _command(path).params for opt in getattr(param, "opts", ())}
+    assert {"--keyset", "-k", "--config"} <= names
+
+
+RETIRE_NEEDS_YES = False
+
+
+def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[str]]:
+    """For each leaf command, arguments that do real work on ``ks`` (given after the command)."""
+    token = mint(ks, "--principal", "alice")
+    kid = json.loads(run("--keyset", str(ks), "keys", "add", "--json").stdout)["kid"]
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(os.urandom(32))
+    secret.chmod(0o600)
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text("")
+    return {  # in the order they run: init last, retire after what needs the primary
+        ("audit",): [str(capture)],
+        ("inspect",): [token],
+        ("verify",): ["--principal", "alice", token],
+        ("mint",): [],
+        ("seal",): [],
+        ("unseal",): ["-"],
+        ("keys", "add"): ["--alg", "HS256"],
+        ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
+        ("keys", "list"): [],
+        ("keys", "promote"): [kid],
+        ("keys", "prune"): ["--dry-run"],
+        ("rotate",): ["--dry-run"],
+        ("keys", "retire"): [kid, "--yes"] if RETIRE_NEEDS_YES else [kid],
+        ("keys", "init"): ["--force"],
+    }
+
+
+def test_keyset_after_each_command_is_the_one_used(ks: Path, tmp_path: Path) -> None:
+    """``mrtr-state CMD ... --keyset PATH`` uses PATH, even with a wrong keyset before CMD."""
+    calls = _after_the_command(ks, tmp_path)
+    assert set(calls) == set(_leaf_commands())
+    elsewhere = str(tmp_path / "nowhere.json")
+    config = tmp_path / "c.toml"
+    config.write_text('audience = "from-config"\n')
+    config.chmod(0o600)
+    sealed = ""
+    for path, args in calls.items():
+        input_ = None
+        if path == ("seal",):
+            input_ = "payload"
+        if path == ("unseal",):
+            input_ = sealed
+        result = run("--keyset", elsewhere, *path, *args, "--keyset", str(ks), input=input_)
+        if path == ("seal",):
+            sealed = result.stdout.strip()
+        assert not Path(elsewhere).exists(), path
+    # --config after the command, and -k, too
+    token = run("mint", "-k", str(ks), "--config", str(config)).stdout.strip()
+    run("verify", token, "--keyset", str(ks), code=4)  # the token says an audience; no verifier
+    run("verify", token, "--config", str(config), "-k", str(ks))
+
+
+def test_the_option_closest_to_the_command_wins(ks: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    run("--keyset", str(other), "keys", "init")
+    token = mint(other)
+    run("--keyset", str(ks), "verify", "--keyset", str(other), token)
+    run("--keyset", str(other), "verify", "--keyset", str(ks), token, code=1)
+    run("keys", "--keyset", str(ks), "list", "--keyset", str(other))
+    listed = json.loads(run("keys", "--keyset", str(other), "list", "--json").stdout)
+    assert listed["keyset"] == str(other)
+    # the environment is the fallback of every position
+    run("verify", token, env={"MRTR_STATE_KEYSET": str(other)})
+    run("verify", token, "--keyset", str(other), env={"MRTR_STATE_KEYSET": str(ks)})

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +19,6 @@ from .mounts import KubeletVolume, as_user, needs_root
 
 USER, FS_GROUP, STRANGER = 4242, 4343, 5151
 CLEAN_ENV = {name: None for name in os.environ if name.startswith("MRTR_STATE_")}
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A folder other users can traverse (pytest's tmp_path sits under a 0700 folder of root)."""
-    folder = Path(tempfile.mkdtemp(prefix="mrtr-mounts-", dir="/tmp"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder)
 
 
 @pytest.fixture

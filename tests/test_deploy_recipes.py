@@ -1,0 +1,252 @@
+"""The README's deployment recipes (files under ``deploy/``), run as far as this machine allows.
+
+No cluster and no Docker engine here, so each recipe is run at the level where its promise lives:
+the file layout and ownership the platform produces (the kubelet's Secret projection with
+``defaultMode`` and ``fsGroup``, a Compose bind-mounted secret), read by a process that has dropped
+root for the pod's user; and the exact commands of the CronJob and the cron line, run against a
+temporary source of truth with a stand-in ``kubectl`` that projects what it is given to apply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mrtr_state as ms
+
+from .mounts import KubeletVolume, as_user, needs_root
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+BIN = Path(sys.executable).parent
+README = (ROOT / "README.md").read_text()
+
+
+def yaml_scalar(text: str, name: str) -> str:
+    """The value of the one ``name: value`` line in a recipe (enough for these flat recipes)."""
+    found = re.findall(rf"^\s*{re.escape(name)}:\s*([^\s#]+)", text, re.MULTILINE)
+    assert len(found) == 1, (name, found)
+    return found[0].strip("\"'")
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "rotate-and-ship.sh",
+        "kubernetes/ship-secret.sh",
+        "kubernetes/deployment.yaml",
+        "kubernetes/rotate-cronjob.yaml",
+        "compose/compose.yaml",
+        "host/mrtr-state-rotate.cron",
+        "host/mcp-server.service",
+    ],
+)
+def test_every_recipe_is_in_the_readme_verbatim(recipe: str) -> None:
+    body = (DEPLOY / recipe).read_text()
+    assert f"deploy/{recipe}" in README
+    assert body.strip() in README, f"README's copy of deploy/{recipe} differs from the file"
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+@needs_root
+def test_the_deployments_secret_volume_reads_as_its_non_root_pod(open_dir: Path) -> None:
+    spec = (DEPLOY / "kubernetes" / "deployment.yaml").read_text()
+    user = int(yaml_scalar(spec, "runAsUser"))
+    group = int(yaml_scalar(spec, "runAsGroup"))
+    fs_group = int(yaml_scalar(spec, "fsGroup"))
+    default_mode = int(yaml_scalar(spec, "defaultMode"), 8)
+    keyset_path = Path(yaml_scalar(spec, "value"))
+    assert Path(yaml_scalar(spec, "mountPath")) == keyset_path.parent
+    assert "subPath" not in spec.replace("a subPath mount never updates", "")
+    # a read-only volume with fsGroup: the kubelet chowns to root:fsGroup and adds group read
+    volume = KubeletVolume(open_dir / "secret", mode=default_mode | 0o040, gid=fs_group)
+    keyset = ms.Keyset.generate(("A256GCM",))
+    volume.project({keyset_path.name: keyset.to_json().encode()})
+    mounted = volume.path(keyset_path.name)
+    token = ms.mint(keyset, "hello")
+    assert (
+        as_user(user, (group, fs_group), lambda: ms.verify(ms.Keyset.load(mounted), token).state)
+        == "hello"
+    )
+    # without fsGroup the same Secret is root:root 0400, which the pod cannot open
+    bare = KubeletVolume(open_dir / "bare", mode=default_mode)
+    bare.project({keyset_path.name: keyset.to_json().encode()})
+    with pytest.raises(ms.KeysetError, match=r"cannot read keyset .*: Permission denied"):
+        as_user(user, (group,), lambda: ms.Keyset.load(bare.path(keyset_path.name)))
+
+
+FAKE_KUBECTL = '''#!{python}
+"""kubectl, as far as ship-secret.sh uses it: render a Secret, and apply it to a Secret volume."""
+import base64, json, os, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.mounts import KubeletVolume
+
+log = Path(os.environ["FAKE_KUBE_LOG"])
+with log.open("a") as out:
+    out.write(" ".join(sys.argv[1:3]) + "\\n")
+if sys.argv[1:3] == ["create", "secret"]:
+    name = sys.argv[4]
+    source = next(a for a in sys.argv if a.startswith("--from-file=")).split("=", 1)[1]
+    key, path = source.split("=", 1)
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    print(json.dumps({{"kind": "Secret", "metadata": {{"name": name}}, "data": {{key: data}}}}))
+elif sys.argv[1] == "apply":
+    secret = json.load(sys.stdin)
+    broken = Path(os.environ["FAKE_KUBE_FAIL_ONCE"])
+    if broken.exists():
+        broken.unlink()
+        sys.exit("error: the server is currently unable to handle the request")
+    files = {{k: base64.b64decode(v) for k, v in secret["data"].items()}}
+    KubeletVolume(Path(os.environ["FAKE_KUBE_VOLUME"])).project(files)
+    with log.open("a") as out:
+        out.write("applied\\n")
+    print("secret/" + secret["metadata"]["name"] + " configured")
+else:
+    sys.exit("fake kubectl: unexpected " + " ".join(sys.argv[1:]))
+'''
+
+
+def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
+    spec = (DEPLOY / "kubernetes" / "rotate-cronjob.yaml").read_text()
+    command = re.findall(r"^\s+- (/\S+)$", spec, re.MULTILINE)
+    env = dict(re.findall(r"- name: (\w+)\s*(?:#.*)?\n\s+value: (\S+)", spec, re.MULTILINE))
+    assert env["MRTR_STATE_RETENTION"] == "65m" and env["SECRET_NAME"] == "mcp-keyset"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    kubectl = tools / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, root=str(ROOT)))
+    kubectl.chmod(0o755)
+    volume = tmp_path / "volume"
+    fail_once = tmp_path / "apiserver-down"
+    log = tmp_path / "kubectl.log"
+    argv = [
+        part.replace("/opt/mrtr-state", str(ROOT)).replace("/state", str(state)) for part in command
+    ]
+    base_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")},
+        **env,
+        "PATH": f"{tools}:{BIN}:{os.environ['PATH']}",
+        "FAKE_KUBE_LOG": str(log),
+        "FAKE_KUBE_VOLUME": str(volume),
+        "FAKE_KUBE_FAIL_ONCE": str(fail_once),
+    }
+
+    def cron_run(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, env={**base_env, **extra}, capture_output=True, text=True, timeout=60
+        )
+
+    def applies() -> int:
+        return log.read_text().count("applied") if log.exists() else 0
+
+    source = state / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(source)
+    first_primary = ms.Keyset.load(source).primary("A256GCM").kid
+
+    fail_once.touch()  # the API server is down for this run
+    failed = cron_run()
+    assert failed.returncode != 0, failed.stderr
+    report = json.loads(failed.stdout)
+    assert [c["action"] for c in report["changes"]] == ["add"]  # rotate added a pending key
+    pending = report["changes"][0]["kid"]
+    assert not (volume / "keyset.json").exists() and applies() == 0
+    assert "apply -f" in log.read_text()  # it was tried
+
+    # the next run has nothing to rotate, yet ships: the last ship did not succeed
+    retried = cron_run()
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["changes"] == []
+    assert applies() == 1 and "shipped keyset" in retried.stderr
+    replica = ms.Keyset.load(volume / "keyset.json", reload_interval=0)
+    assert replica.get(pending) is not None and replica.primary("A256GCM").kid == first_primary
+
+    # unchanged: nothing applied
+    quiet = cron_run()
+    assert quiet.returncode == 0 and applies() == 1, quiet.stderr
+    assert "unchanged since it was last shipped" in quiet.stderr
+
+    # the propagation delay has passed: promoted, shipped, followed by the running replica
+    promoted = cron_run(MRTR_STATE_PROPAGATION="0s")
+    assert promoted.returncode == 0, promoted.stderr
+    assert applies() == 2
+    assert replica.primary("A256GCM").kid == pending
+    assert (volume / "keyset.json").is_symlink()
+    # the snapshot it shipped is gone, and no secret reached the job's output
+    assert not [p.name for p in state.iterdir() if p.name.startswith(".keyset-ship")]
+    secrets = [key.to_jwk()["k"] for key in ms.Keyset.load(source)]
+    for run in (failed, retried, quiet, promoted):
+        assert not any(secret in run.stdout + run.stderr for secret in secrets)
+
+
+def test_rotate_and_ship_without_a_ship_command_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(DEPLOY / "rotate-and-ship.sh"), str(tmp_path / "keyset.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "usage: rotate-and-ship.sh" in done.stderr
+
+
+# --- Docker Compose -------------------------------------------------------------------------
+
+
+@needs_root
+def test_a_compose_secret_reads_when_the_host_file_belongs_to_the_services_user(
+    open_dir: Path,
+) -> None:
+    spec = (DEPLOY / "compose" / "compose.yaml").read_text()
+    uid, gid = (int(part) for part in yaml_scalar(spec, "user").split(":"))
+    assert yaml_scalar(spec, "MRTR_STATE_KEYSET") == "/run/secrets/mrtr_keyset"
+    keyset = ms.Keyset.generate(("A256GCM",))
+    host_file = open_dir / "keyset.json"  # a bind mount shows the host file as it is
+    keyset.save(host_file)
+    os.chown(host_file, uid, gid)
+    assert as_user(uid, (gid,), lambda: len(ms.Keyset.load(host_file))) == 1
+    host_file.chmod(0o644)  # as `cp` on a default umask leaves it
+    with pytest.raises(ms.KeysetPermissions, match="chmod 600"):
+        as_user(uid, (gid,), lambda: ms.Keyset.load(host_file))
+
+
+# --- a plain host: systemd and cron ---------------------------------------------------------
+
+
+def test_the_cron_line_rotates_the_file_the_service_follows(tmp_path: Path) -> None:
+    cron = (DEPLOY / "host" / "mrtr-state-rotate.cron").read_text()
+    unit = (DEPLOY / "host" / "mcp-server.service").read_text()
+    settings = dict(re.findall(r"^(MRTR_STATE_\w+)=(\S+)$", cron, re.MULTILINE))
+    (line,) = [ln for ln in cron.splitlines() if ln.startswith("*/15")]
+    fields = line.split(None, 6)
+    assert fields[5] == "mcp" and re.search(r"^User=mcp$", unit, re.MULTILINE)
+    keyset_path = "/etc/mcp/keyset.json"
+    assert f"Environment=MRTR_STATE_KEYSET={keyset_path}" in unit
+    etc = tmp_path / "etc-mcp"
+    etc.mkdir(mode=0o700)
+    logs = tmp_path / "log"
+    logs.mkdir()
+    command = (
+        fields[6]
+        .replace(keyset_path, str(etc / "keyset.json"))
+        .replace("/var/log/mrtr-state", str(logs))
+        .replace("/usr/local/bin/mrtr-state", str(BIN / "mrtr-state"))
+    )
+    ms.Keyset.generate(("A256GCM",)).save(etc / "keyset.json")
+    server = ms.Keyset.load(etc / "keyset.json", reload_interval=0)  # the service, running
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")}
+    subprocess.run(
+        ["/bin/sh", "-c", command], env={**environment, **settings}, check=True, timeout=60
+    )
+    report = json.loads((logs / "rotate.log").read_text())
+    (added,) = report["changes"]
+    assert added["action"] == "add" and server.get(added["kid"]) is not None
