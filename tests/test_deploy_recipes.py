@@ -30,7 +30,7 @@ README = (ROOT / "README.md").read_text()
 
 def yaml_scalar(text: str, name: str) -> str:
     """The value of the one ``name: value`` line in a recipe (enough for these flat recipes)."""
-    found = re.findall(rf"^\s*{re.escape(name)}:\s*([^\s#]+)", text, re.MULTILINE)
+    found: list[str] = re.findall(rf"^\s*{re.escape(name)}:\s*([^\s#]+)", text, re.MULTILINE)
     assert len(found) == 1, (name, found)
     return found[0].strip("\"'")
 
