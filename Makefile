@@ -14,7 +14,7 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv if needed and install mrtr-state with its dev tools
@@ -35,7 +35,7 @@ test: lint ## Lint, then the whole test suite (fails if no test ran)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/bench.py
 
 FUZZ_RUNS    ?= 1000000

@@ -7,40 +7,116 @@ claims = ms.verify(ks, token, principal="alice", request_id="req-42")
 assert claims.state == {"step": 2}
 """
 
-from .claims import Claims, arguments_digest, request_id
-from .errors import (
-    PUBLIC_MESSAGE,
-    AudienceMismatch,
-    BadSignature,
-    BindingMismatch,
-    ConfigError,
-    ExpiredToken,
-    InvalidClaims,
-    InvalidToken,
-    KeyRetired,
-    KeysetError,
-    KeysetExists,
-    KeysetInvalid,
-    KeysetLocked,
-    KeysetNotFound,
-    KeysetPermissions,
-    MalformedToken,
-    MrtrStateError,
-    NoPrimaryKey,
-    NotYetValid,
-    OversizedToken,
-    PrincipalMismatch,
-    Replayed,
-    ReplayStoreError,
-    RequestMismatch,
-    TimeWindowError,
-    UnknownKey,
-    WrongFormat,
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .claims import Claims, arguments_digest, request_id
+    from .errors import (
+        PUBLIC_MESSAGE,
+        AudienceMismatch,
+        BadSignature,
+        BindingMismatch,
+        ConfigError,
+        ExpiredToken,
+        InvalidClaims,
+        InvalidToken,
+        KeyRetired,
+        KeysetError,
+        KeysetExists,
+        KeysetInvalid,
+        KeysetLocked,
+        KeysetNotFound,
+        KeysetPermissions,
+        MalformedToken,
+        MrtrStateError,
+        NoPrimaryKey,
+        NotYetValid,
+        OversizedToken,
+        PrincipalMismatch,
+        Replayed,
+        ReplayStoreError,
+        RequestMismatch,
+        TimeWindowError,
+        UnknownKey,
+        WrongFormat,
+    )
+    from .keyset import Key, Keyset
+    from .policy import DEFAULT_POLICY, Policy
+    from .replay import ReplayStore, open_store
+    from .tokens import Inspection, Minted, inspect, issue, mint, seal, unseal, verify
+
+# Each name is imported from its module on first use (PEP 562): a command that verifies one aead
+# token then loads the modules it runs, not the replay stores, SDK envelopes or key lifecycle.
+_WHERE = {
+    "AudienceMismatch": "errors",
+    "BadSignature": "errors",
+    "BindingMismatch": "errors",
+    "Claims": "claims",
+    "ConfigError": "errors",
+    "DEFAULT_POLICY": "policy",
+    "ExpiredToken": "errors",
+    "Inspection": "tokens",
+    "InvalidClaims": "errors",
+    "InvalidToken": "errors",
+    "Key": "keyset",
+    "KeyRetired": "errors",
+    "Keyset": "keyset",
+    "KeysetError": "errors",
+    "KeysetExists": "errors",
+    "KeysetInvalid": "errors",
+    "KeysetLocked": "errors",
+    "KeysetNotFound": "errors",
+    "KeysetPermissions": "errors",
+    "MalformedToken": "errors",
+    "Minted": "tokens",
+    "MrtrStateError": "errors",
+    "NoPrimaryKey": "errors",
+    "NotYetValid": "errors",
+    "OversizedToken": "errors",
+    "PUBLIC_MESSAGE": "errors",
+    "Policy": "policy",
+    "PrincipalMismatch": "errors",
+    "ReplayStore": "replay",
+    "ReplayStoreError": "errors",
+    "Replayed": "errors",
+    "RequestMismatch": "errors",
+    "TimeWindowError": "errors",
+    "UnknownKey": "errors",
+    "WrongFormat": "errors",
+    "arguments_digest": "claims",
+    "inspect": "tokens",
+    "issue": "tokens",
+    "mint": "tokens",
+    "open_store": "replay",
+    "request_id": "claims",
+    "seal": "tokens",
+    "unseal": "tokens",
+    "verify": "tokens",
+}
+
+
+_SUBMODULES = frozenset(
+    {"audit", "claims", "config", "errors", "formats", "keyfile", "keyset", "lifecycle", "mcp"}
+    | {"policy", "replay", "sdk_envelopes", "tokens"}
 )
-from .keyset import Key, Keyset
-from .policy import DEFAULT_POLICY, Policy
-from .replay import ReplayStore, open_store
-from .tokens import Inspection, Minted, inspect, issue, mint, seal, unseal, verify
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mrtr_state' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

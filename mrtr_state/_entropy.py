@@ -10,7 +10,6 @@ API reaches it. The generator script and the tests use it; servers never do.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Iterator
 
@@ -25,6 +24,8 @@ def random_bytes(count: int) -> bytes:
 def deterministic(seed: bytes) -> Iterator[None]:
     """Draw "random" bytes from SHA-256(seed ‖ counter) until the block ends. Tests only."""
     global _source
+    import hashlib
+
     counter = 0
 
     def stream(count: int) -> bytes:

@@ -10,11 +10,11 @@ same key. 128 bits of tag are far beyond what an online guesser could exhaust.
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode
 from ._entropy import random_bytes
+from .formats._primitives import Keyed, hmac_key
 
 if TYPE_CHECKING:
     from .keyset import Key
@@ -27,8 +27,8 @@ _SALT = 8
 _MAC = 16
 
 
-def _keyed(secret: bytes) -> hmac.HMAC:
-    return hmac.new(secret, _LABEL, "sha256")
+def _keyed(secret: bytes) -> Keyed:
+    return hmac_key(secret, _LABEL)
 
 
 def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:

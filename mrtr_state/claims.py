@@ -13,14 +13,11 @@ binding, would be accepted everywhere.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._encoding import b64url_encode
+from ._encoding import b64url_encode, compare_digest
 from .errors import (
     AudienceMismatch,
     BindingMismatch,
@@ -42,9 +39,12 @@ _FINGERPRINT_PREFIX = "mcp1:"
 _ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Claims:
-    """The verified content of a token. ``state`` is what the server asked to carry."""
+class Claims(NamedTuple):
+    """The verified content of a token. ``state`` is what the server asked to carry.
+
+    Immutable. A named tuple rather than a frozen dataclass because it is built on every
+    verification: a frozen dataclass's ``__init__`` costs more than the JSON checks of the claims.
+    """
 
     state: Any
     iat: float | None
@@ -69,17 +69,12 @@ class Claims:
         return out
 
 
+_new_tuple = tuple.__new__
+_equal = compare_digest  # constant time; TypeError for non-ASCII str (see _same)
+
+
 def _integer_error(name: str, value: Any) -> InvalidClaims:
     return InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
-
-
-def _optional_text(document: dict[str, Any], name: str) -> str | None:
-    value = document.get(name)
-    if value is None and name not in document:
-        return None
-    if type(value) is str and value:
-        return value
-    raise InvalidClaims(f"claim {name} must be a non-empty string, got {_show(value)}")
 
 
 def _show(value: Any) -> str:
@@ -90,36 +85,109 @@ def _show(value: Any) -> str:
 def parse_claims(document: Any) -> Claims:
     """Check the shape of decoded claims: required members, exact types, nothing unknown.
 
-    On the hot path of every verification, so the common case runs straight through and the
-    slow, specific messages are built only when something is wrong.
+    On the hot path of every verification: one expression accepts well-formed claims, and only
+    when it fails are the specific messages worked out (:func:`_refuse_claims`). Counting the
+    members present against those the expression checked rules out unknown members and
+    optional claims written as null in the same step.
     """
+    if type(document) is dict:
+        get = document.get
+        iat, exp, jti, sub, aud, rid = (
+            get("iat"),
+            get("exp"),
+            get("jti"),
+            get("sub"),
+            get("aud"),
+            get("rid"),
+        )
+        if (
+            type(iat) is int
+            and type(exp) is int
+            and type(jti) is str
+            and 0 <= iat < _MAX_TIME
+            and 0 <= exp < _MAX_TIME
+            and jti
+            and "st" in document
+            and (sub is None or (type(sub) is str and sub))
+            and (aud is None or (type(aud) is str and aud))
+            and (rid is None or (type(rid) is str and rid))
+            and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
+        ):
+            return _new_tuple(Claims, (document["st"], iat, exp, jti, sub, aud, rid, None))
+    raise _refuse_claims(document)
+
+
+def _refuse_claims(document: Any) -> InvalidClaims:
+    """The precise reason ``document`` is not acceptable claims (the slow path)."""
     if type(document) is not dict:
-        raise InvalidClaims("claims must be a JSON object")
+        return InvalidClaims("claims must be a JSON object")
     if not document.keys() <= _MEMBERS:
         unknown = sorted(set(document) - _MEMBERS)
-        raise InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
+        return InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
+    missing = [name for name in _REQUIRED if name not in document]
+    if missing:
+        return InvalidClaims(f"claims lack {', '.join(missing)}")
+    for name in ("iat", "exp"):
+        value = document[name]
+        if type(value) is not int or not 0 <= value < _MAX_TIME:
+            return _integer_error(name, value)
+    if type(document["jti"]) is not str or not document["jti"]:
+        return InvalidClaims("claim jti must be a non-empty string")
+    for name in ("sub", "aud", "rid"):
+        if name in document:
+            value = document[name]
+            if type(value) is not str or not value:
+                return InvalidClaims(f"claim {name} must be a non-empty string, got {_show(value)}")
+    return InvalidClaims("claims are not in the accepted shape")  # not reached: fail closed
+
+
+def check_claims(
+    claims: Claims,
+    now: float,
+    policy: Policy,
+    *,
+    sub: str | None,
+    aud: str | None,
+    rid: str | None,
+) -> None:
+    """:func:`check_lifetime` then :func:`check_binding`, with the accepting case in one test.
+
+    Only when that test fails (or meets non-ASCII text) do the two checks run one by one to
+    decide and name the reason, lifetime first, so that "expired" wins over a binding mismatch.
+    """
+    iat, exp, bound_sub, bound_aud, bound_rid = (
+        claims.iat,
+        claims.exp,
+        claims.sub,
+        claims.aud,
+        claims.rid,
+    )
     try:
-        iat, exp, jti, state = document["iat"], document["exp"], document["jti"], document["st"]
-    except KeyError:
-        missing = [name for name in _REQUIRED if name not in document]
-        raise InvalidClaims(f"claims lack {', '.join(missing)}") from None
-    if type(iat) is not int or not 0 <= iat < _MAX_TIME:
-        raise _integer_error("iat", iat)
-    if type(exp) is not int or not 0 <= exp < _MAX_TIME:
-        raise _integer_error("exp", exp)
-    if type(jti) is not str or not jti:
-        raise InvalidClaims("claim jti must be a non-empty string")
-    sub, aud, rid = document.get("sub"), document.get("aud"), document.get("rid")
-    present = 4 + (sub is not None) + (aud is not None) + (rid is not None)
-    if (
-        len(document) != present  # an optional claim written as null
-        or (sub is not None and (type(sub) is not str or not sub))
-        or (aud is not None and (type(aud) is not str or not aud))
-        or (rid is not None and (type(rid) is not str or not rid))
-    ):
-        for name in ("sub", "aud", "rid"):
-            _optional_text(document, name)  # raises with the precise reason
-    return Claims(state, iat, exp, jti, sub, aud, rid)
+        if (
+            iat is not None
+            and 0 < exp - iat <= policy.ttl_cap
+            and iat <= now + policy.skew
+            and now < exp
+            and (sub is None if bound_sub is None else sub is not None and _equal(bound_sub, sub))
+            and (aud is None if bound_aud is None else aud is not None and _equal(bound_aud, aud))
+            and (rid is None if bound_rid is None else rid is not None and _equal(bound_rid, rid))
+        ):
+            return
+    except TypeError:  # non-ASCII text: the checks below compare it as UTF-8
+        pass
+    # The one-by-one checks decide (and name the reason); they accept what the test accepts.
+    check_lifetime(claims, now, policy)
+    check_binding(claims, sub=sub, aud=aud, rid=rid)
+
+
+def _same(stored: str | None, expected: str | None) -> bool:
+    """Both absent, or both present and equal (compared in constant time)."""
+    if stored is None or expected is None:
+        return stored is expected
+    try:
+        return compare_digest(stored, expected)
+    except TypeError:  # non-ASCII text is compared as UTF-8 bytes
+        return compare_digest(stored.encode("utf-8"), expected.encode("utf-8"))
 
 
 def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
@@ -167,12 +235,14 @@ def _bound(
         raise error(f"{what} mismatch: the token is not bound to a {what}, but one was given")
     if expected is None:
         raise error(f"{what} mismatch: the token is bound to a {what}; give it to verify")
-    try:
-        same = hmac.compare_digest(stored, expected)  # ASCII text: compared as it is
-    except TypeError:  # non-ASCII text must be compared as bytes
-        same = hmac.compare_digest(stored.encode("utf-8"), expected.encode("utf-8"))
-    if not same:
+    if not _same(stored, expected):
         raise error(f"{what} mismatch")
+
+
+def _sha256(data: bytes) -> bytes:
+    import hashlib  # deferred: verifying a token bound to a request id string needs no hashing
+
+    return hashlib.sha256(data).digest()
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -183,7 +253,7 @@ def arguments_digest(arguments: Any) -> str:
     byte for byte lets one fingerprint serve our formats and the SDK's.
     """
     text = _ARGUMENTS_ENCODER.encode(arguments)
-    return b64url_encode(hashlib.sha256(text.encode("ascii")).digest()[:16])
+    return b64url_encode(_sha256(text.encode("ascii"))[:16])
 
 
 def request_id(
@@ -212,4 +282,4 @@ def request_id(
         separators=(",", ":"),
         ensure_ascii=True,
     )
-    return _FINGERPRINT_PREFIX + b64url_encode(hashlib.sha256(parts.encode("ascii")).digest()[:16])
+    return _FINGERPRINT_PREFIX + b64url_encode(_sha256(parts.encode("ascii"))[:16])

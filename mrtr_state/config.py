@@ -31,8 +31,7 @@ from typing import Any
 from .durations import parse_duration
 from .errors import ConfigError
 from .formats import FORMAT_NAMES
-from .lifecycle import DEFAULT_PROPAGATION, default_retention
-from .policy import DEFAULT_POLICY, Policy
+from .policy import DEFAULT_POLICY, DEFAULT_PROPAGATION, Policy, default_retention
 
 __all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
 

@@ -14,8 +14,6 @@ Secrets never appear in ``repr``, ``str`` or error messages.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
 import re
 import threading
@@ -40,7 +38,14 @@ from .errors import (
 __all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
 T = TypeVar("T")
-_log = logging.getLogger("mrtr_state")
+
+
+def _log() -> Any:
+    """The ``mrtr_state`` logger, imported only when a reload has something to say."""
+    import logging
+
+    return logging.getLogger("mrtr_state")
+
 
 #: Key algorithm -> (format that uses it, length of a generated secret in bytes).
 ALGORITHMS: Mapping[str, tuple[str, int]] = {
@@ -78,12 +83,14 @@ def derived_kid(alg: str, secret: bytes) -> str | None:
     mcp-py tokens carry SHA-256("mcp/request-state/v1/kid:" ‖ derived key)[:4], so the keyset must
     use the same id to route them; mcp-ts tokens carry none, and the id only names the key.
     """
+    if alg not in ("mcp-py-v1", "mcp-ts-v1"):
+        return None
+    import hashlib  # only SDK keys need it: keeps it off the start-up of most commands
+
     if alg == "mcp-py-v1":
         digest = hashlib.sha256(b"mcp/request-state/v1/kid:" + sdk_aes_key(secret)).digest()
-    elif alg == "mcp-ts-v1":
-        digest = hashlib.sha256(b"mrtr-state/mcp-ts/kid:" + secret).digest()
     else:
-        return None
+        digest = hashlib.sha256(b"mrtr-state/mcp-ts/kid:" + secret).digest()
     return digest[:4].hex()
 
 
@@ -278,7 +285,7 @@ class _FileWatch:
                 table = _Table(_parse_keys(text, keyset.source), keyset.source, keyset._table)
             except KeysetError as err:
                 if self.problem is None or str(err) != str(self.problem):
-                    _log.warning("%s; still using the keyset loaded before", err)
+                    _log().warning("%s; still using the keyset loaded before", err)
                 self.problem = err
                 if wait:
                     raise
@@ -291,7 +298,7 @@ class _FileWatch:
 
     def _recovered(self, keyset: Keyset, *, changed: bool) -> None:
         if changed or self.problem is not None:
-            _log.info("keyset %s loaded again: %d keys", keyset.source, len(keyset._table.keys))
+            _log().info("keyset %s loaded again: %d keys", keyset.source, len(keyset._table.keys))
         self.problem = None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from .durations import format_duration as ago
 from .errors import KeysetInvalid
 from .keyset import ALGORITHMS, Key, Keyset
-from .policy import DEFAULT_POLICY
+from .policy import DEFAULT_PROPAGATION, default_retention
 
 __all__ = [
     "DEFAULT_PROPAGATION",
@@ -36,15 +36,6 @@ __all__ = [
     "rotate",
     "timeline",
 ]
-
-DEFAULT_PROPAGATION = 3600
-
-
-def default_retention(
-    ttl_cap: int = DEFAULT_POLICY.ttl_cap, skew: int = DEFAULT_POLICY.skew
-) -> int:
-    """How long after it stops minting a key may still have unexpired tokens out there."""
-    return ttl_cap + skew
 
 
 @dataclass(frozen=True)

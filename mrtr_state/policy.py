@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_POLICY", "Policy"]
+__all__ = ["DEFAULT_POLICY", "DEFAULT_PROPAGATION", "Policy", "default_retention"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +39,13 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+
+#: How long a new key stays pending before rotation promotes it (see mrtr_state.lifecycle).
+DEFAULT_PROPAGATION = 3600
+
+
+def default_retention(
+    ttl_cap: int = DEFAULT_POLICY.ttl_cap, skew: int = DEFAULT_POLICY.skew
+) -> int:
+    """How long after it stops minting a key may still have unexpired tokens out there."""
+    return ttl_cap + skew

@@ -18,11 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import sdk_envelopes as sdk
-from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads
+from ._encoding import EncodingError, b64url_encode, json_bytes, json_loads, json_loads_object
 from ._entropy import random_bytes
-from ._principal import expected_tag, principal_tag
-from .claims import Claims, check_binding, check_lifetime, parse_claims
+from .claims import Claims, check_claims, check_lifetime, parse_claims
 from .claims import request_id as make_request_id
 from .errors import (
     AudienceMismatch,
@@ -37,7 +35,6 @@ from .errors import (
 )
 from .formats import Anatomy, Format, detect_format, get_format
 from .policy import DEFAULT_POLICY, Policy
-from .replay import token_key
 
 if TYPE_CHECKING:
     from .keyset import Key, Keyset
@@ -96,20 +93,23 @@ def _format_of(token: str, wanted: str | None) -> Format:
 def _open(
     keyset: Keyset, token: str | bytes, wanted: str | None, policy: Policy
 ) -> tuple[Format, Key, bytes]:
-    text = _text(token, policy)
+    # The common case (an ASCII str within the cap) is checked inline; _text says why not.
+    if type(token) is str and len(token) <= policy.max_size and token.isascii():
+        text = token
+    else:
+        text = _text(token, policy)
     fmt = _format_of(text, wanted)
     key, plaintext = fmt.open(keyset, text)
     return fmt, key, plaintext
 
 
 def _claims_from(plaintext: bytes) -> Claims:
-    if plaintext[:1] == _SEALED:
-        raise WrongFormat("this token holds a sealed payload, not claims; use unseal")
     try:
-        document = json_loads(plaintext)
+        return parse_claims(json_loads_object(plaintext))
     except EncodingError as err:
+        if plaintext[:1] == _SEALED:
+            raise WrongFormat("this token holds a sealed payload, not claims; use unseal") from None
         raise InvalidClaims(f"claims: {err}") from None
-    return parse_claims(document)
 
 
 def _check_ttl(ttl: int | None, policy: Policy) -> int:
@@ -160,7 +160,12 @@ def _seal_claims(
     }
     if principal is not None:
         _check_text("principal", principal)
-        claims["sub"] = principal if fmt.confidential else principal_tag(key, principal)
+        if fmt.confidential:
+            claims["sub"] = principal
+        else:
+            from ._principal import principal_tag
+
+            claims["sub"] = principal_tag(key, principal)
     if audience is not None:
         claims["aud"] = _check_text("audience", audience)
     if request_id is not None:
@@ -169,14 +174,19 @@ def _seal_claims(
     return _fit(fmt.seal(key, json_bytes(claims)), policy, "this state"), key, claims
 
 
-@dataclass(frozen=True)
 class _Request:
     """The request an SDK token binds (method, target, arguments) and the mcp-ts bind value."""
 
-    method: str | None = None
-    target: str | None = None
-    arguments: Any = None
-    bind: str | None = None
+    __slots__ = ("arguments", "bind", "method", "target")
+
+    def __init__(
+        self,
+        method: str | None = None,
+        target: str | None = None,
+        arguments: Any = None,
+        bind: str | None = None,
+    ) -> None:
+        self.method, self.target, self.arguments, self.bind = method, target, arguments, bind
 
 
 def _request(
@@ -211,6 +221,8 @@ def _seal_sdk(
     policy: Policy,
     request: _Request | None,
 ) -> tuple[str, Key, bytes]:
+    from . import sdk_envelopes as sdk
+
     moment = time.time() if now is None else now
     lifetime = _check_ttl(ttl, policy)
     wanted = request or _Request()
@@ -350,7 +362,55 @@ def verify(
     so a token refused for any other reason is never recorded.
     """
     fmt, key, plaintext = _open(keyset, token, format, policy)
-    moment = _now(now)
+    moment = time.time() if now is None else now
+    if fmt.name not in _SDK_FORMATS:
+        if method is not None or bind is not None:
+            request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
+        claims = _claims_from(plaintext)
+        if principal is not None and claims.sub is not None and not fmt.confidential:
+            from ._principal import expected_tag  # readable formats only
+
+            principal = expected_tag(key, claims.sub, principal)
+        check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
+    else:
+        claims = _verify_sdk(
+            fmt,
+            key,
+            plaintext,
+            moment,
+            principal,
+            request_id,
+            audience,
+            method,
+            target,
+            arguments,
+            bind,
+        )
+    if once is not None:
+        text = token if isinstance(token, str) else token.decode("ascii")
+        from .replay import token_key
+
+        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
+            raise Replayed("replayed: this requestState was already redeemed")
+    return claims
+
+
+def _verify_sdk(
+    fmt: Format,
+    key: Key,
+    plaintext: bytes,
+    moment: float,
+    principal: str | None,
+    request_id: str | None,
+    audience: str | None,
+    method: str | None,
+    target: str | None,
+    arguments: Any,
+    bind: str | None,
+) -> Claims:
+    """The envelope checks of the official SDKs, each exactly as its SDK makes them."""
+    from . import sdk_envelopes as sdk
+
     if fmt.name == "mcp-py":
         if bind is not None:
             raise ValueError("a bind value applies to mcp-ts tokens only")
@@ -359,7 +419,7 @@ def verify(
                 "request mismatch: mcp-py tokens bind the method, target and arguments, "
                 "not a request id"
             )
-        claims = sdk.check_mcp_py(
+        return sdk.check_mcp_py(
             plaintext,
             now=moment,
             method=method,
@@ -368,35 +428,21 @@ def verify(
             audience=audience,
             principal=principal,
         )
-    elif fmt.name == "mcp-ts":
-        # The TypeScript codec binds nothing but its bind value: a verifier that states any other
-        # binding is refused rather than silently given less than it asked for.
-        if principal is not None:
-            raise PrincipalMismatch(
-                "principal mismatch: mcp-ts tokens are not bound to a principal, but one was given"
-            )
-        if audience is not None:
-            raise AudienceMismatch(
-                "audience mismatch: mcp-ts tokens are not bound to an audience, but one was given"
-            )
-        if request_id is not None or method is not None:
-            raise RequestMismatch(
-                "request mismatch: mcp-ts tokens bind only the SDK's bind value; give bind"
-            )
-        claims = sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
-    else:
-        if method is not None or bind is not None:
-            request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
-        claims = _claims_from(plaintext)
-        check_lifetime(claims, moment, policy)
-        if principal is not None and claims.sub is not None and not fmt.confidential:
-            principal = expected_tag(key, claims.sub, principal)
-        check_binding(claims, sub=principal, aud=audience, rid=request_id)
-    if once is not None:
-        text = token if isinstance(token, str) else token.decode("ascii")
-        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
-            raise Replayed("replayed: this requestState was already redeemed")
-    return claims
+    # The TypeScript codec binds nothing but its bind value: a verifier that states any other
+    # binding is refused rather than silently given less than it asked for.
+    if principal is not None:
+        raise PrincipalMismatch(
+            "principal mismatch: mcp-ts tokens are not bound to a principal, but one was given"
+        )
+    if audience is not None:
+        raise AudienceMismatch(
+            "audience mismatch: mcp-ts tokens are not bound to an audience, but one was given"
+        )
+    if request_id is not None or method is not None:
+        raise RequestMismatch(
+            "request mismatch: mcp-ts tokens bind only the SDK's bind value; give bind"
+        )
+    return sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
 
 
 def seal(
@@ -485,6 +531,8 @@ def inspect(
     With a keyset the tag or MAC, the claim types and the lifetime are checked; bindings are not
     (inspect is not told which principal or request to expect), and the notes say so.
     """
+    from . import sdk_envelopes as sdk
+
     text = _text(token, policy)
     fmt = get_format(detect_format(text))
     anatomy = fmt.anatomy(text)

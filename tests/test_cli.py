@@ -552,3 +552,38 @@ def test_the_option_closest_to_the_command_wins(ks: Path, tmp_path: Path) -> Non
     # the environment is the fallback of every position
     run("verify", token, env={"MRTR_STATE_KEYSET": str(other)})
     run("verify", token, "--keyset", str(other), env={"MRTR_STATE_KEYSET": str(ks)})
+
+
+def test_the_command_list_says_what_each_commands_own_help_says() -> None:
+    """`mrtr-state --help` lists commands without importing them; its lines must not drift."""
+    from mrtr_state.cli import SUMMARIES
+
+    assert set(SUMMARIES) == set(cli.list_commands(_CTX))
+    for name, summary in SUMMARIES.items():
+        words = re.findall(r"[a-z]+", summary.lower())[:3]
+        own = " ".join(re.findall(r"[a-z]+", (_command((name,)).help or "").lower()))
+        assert own.startswith(" ".join(words)), (name, summary)
+
+
+def test_help_and_verify_import_no_command_they_do_not_run(ks: Path) -> None:
+    token = mint(ks)
+    probe = (
+        "import sys\n"
+        "from mrtr_state.cli import main\n"
+        "sys.argv = ['mrtr-state'] + sys.argv[1:]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    for args, absent in (
+        (["--help"], ["mrtr_state.cli.keys", "mrtr_state.cli.tokens", "mrtr_state.tokens"]),
+        (
+            ["--keyset", str(ks), "verify", token],
+            ["mrtr_state.cli.keys", "mrtr_state.lifecycle", "mrtr_state.replay", "logging"]
+            + ["mrtr_state.sdk_envelopes", "mrtr_state._render", "hashlib", "hmac"],
+        ),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
+        )
+        loaded = set(done.stderr.split()[-1000:])
+        assert not loaded & set(absent), (args, sorted(loaded & set(absent)))

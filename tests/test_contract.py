@@ -281,3 +281,26 @@ def test_inspect_with_the_keyset_verifies(keyset: ms.Keyset, fmt: str) -> None:
     sealed = ms.inspect(ms.seal(keyset, b"abc", format=fmt), keyset=keyset)
     assert sealed.verified
     assert sealed.sealed_bytes == 3
+
+
+def test_non_ascii_bindings_match_exactly(keyset: ms.Keyset, fmt: str) -> None:
+    """Non-ASCII text cannot go through the constant-time str comparison; it must still match
+    exactly, in both directions, and never be accepted for a look-alike."""
+    token = ms.mint(keyset, "s", principal="élise", audience="ünï", request_id="ré", format=fmt)
+    claims = ms.verify(keyset, token, principal="élise", audience="ünï", request_id="ré")
+    assert claims.state == "s"
+    for wrong, error in (
+        ({"principal": "elise"}, ms.PrincipalMismatch),
+        ({"principal": "élisé"}, ms.PrincipalMismatch),
+        ({"audience": "uni"}, ms.AudienceMismatch),
+        ({"request_id": "re"}, ms.RequestMismatch),
+        ({"principal": None}, ms.PrincipalMismatch),
+    ):
+        stated: dict[str, Any] = {
+            "principal": "élise",
+            "audience": "ünï",
+            "request_id": "ré",
+            **wrong,
+        }
+        with pytest.raises(error):
+            ms.verify(keyset, token, **stated)

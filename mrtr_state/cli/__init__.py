@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import click
 
-from ._common import CONFIG_HELP, KEYSET_HELP, App, ErrorMappingGroup, with_global_options
+from ._group import CONFIG_HELP, KEYSET_HELP, App, ErrorMappingGroup, with_global_options
 
 # Each command's module is imported only when that command runs: `mrtr-state verify` in a shell
 # loop should not pay for the key-lifecycle code.
@@ -27,6 +26,18 @@ _COMMANDS = {
     "seal": "tokens:seal_cmd",
     "unseal": "tokens:unseal_cmd",
 }
+# What `mrtr-state --help` lists, so that listing imports no command module. A test checks that
+# each line is the start of its command's own help.
+SUMMARIES = {
+    "audit": "Audit a captured MCP session (JSON Lines).",
+    "inspect": "Show what TOKEN (or stdin) is made of, verified if a keyset is found.",
+    "keys": "Create, list and move keys through their lifecycle.",
+    "mint": "Mint a requestState token; print it alone on stdout.",
+    "rotate": "Advance key rotation by one safe step; made for cron.",
+    "seal": "Seal the bytes on stdin into a token (no claims).",
+    "unseal": "Check TOKEN (or stdin) and write its sealed payload to stdout.",
+    "verify": "Verify TOKEN (or each line of stdin); print its state.",
+}
 
 
 class LazyGroup(ErrorMappingGroup):
@@ -34,6 +45,10 @@ class LazyGroup(ErrorMappingGroup):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in self.list_commands(ctx)])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = _COMMANDS.get(cmd_name)
@@ -52,17 +67,17 @@ class LazyGroup(ErrorMappingGroup):
 @click.option(
     "--keyset",
     "-k",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     help=KEYSET_HELP + " Also accepted after any command.",
 )
 @click.option(
     "--config",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     help=CONFIG_HELP + " Also accepted after any command.",
 )
 @click.version_option(package_name="mrtr-state")
 @click.pass_context
-def cli(ctx: click.Context, keyset: Path | None, config: Path | None) -> None:
+def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
     """Mint, verify, inspect and seal MCP requestState tokens, and manage their keys.
 
     \b

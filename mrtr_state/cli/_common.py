@@ -9,105 +9,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from .._encoding import EncodingError, json_dumps, json_loads
-from ..config import KEYSET_JSON_ENV, Settings, load_settings
 from ..durations import parse_duration
-from ..errors import KeysetError, MrtrStateError
 from ..formats import FORMAT_NAMES
-from ..keyset import Keyset
+
+# The group machinery, re-exported: command modules take everything shared from here.
+from ._group import App as App
+from ._group import ErrorMappingGroup as ErrorMappingGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-KEYSET_HELP = "Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json]."
-CONFIG_HELP = "TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml]."
-
-
-def _remember_flag(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
-    """Option callback: a --keyset or --config given here beats one given further out."""
-    app = ctx.find_object(App)
-    if value is not None and app is not None:
-        setattr(app, f"{param.name}_flag", value)
-
-
-def with_global_options(command: click.Command) -> click.Command:
-    """Give ``command`` the global --keyset and --config, so that they work after it too.
-
-    Scripts written from the CLI contract put them anywhere (``mrtr-state verify --keyset prod.json
-    TOKEN``); the one closest to the command wins, as with kubectl or gh.
-    """
-    names = {name for param in command.params for name in getattr(param, "opts", ())}
-    if "--keyset" not in names:
-        path = click.Path(dir_okay=False, path_type=Path)
-        command.params += [
-            click.Option(
-                ["--keyset", "-k"],
-                type=path,
-                expose_value=False,
-                callback=_remember_flag,
-                help=KEYSET_HELP,
-            ),
-            click.Option(
-                ["--config"],
-                type=path,
-                expose_value=False,
-                callback=_remember_flag,
-                help=CONFIG_HELP,
-            ),
-        ]
-    return command
-
-
-class ErrorMappingGroup(click.Group):
-    """A group that turns library errors into one stderr line and the documented exit code.
-
-    Every command added to it takes the global options too (see :func:`with_global_options`).
-    """
-
-    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        super().add_command(with_global_options(cmd), name)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except MrtrStateError as err:
-            click.echo(f"error: {err}", err=True)
-            ctx.exit(err.exit_code)
-        except ValueError as err:  # the library's word for a bad argument: a usage error
-            raise click.UsageError(str(err)) from None
-
-
-@dataclass
-class App:
-    """What the top-level options decided; commands ask it for settings and the keyset."""
-
-    keyset_flag: Path | None
-    config_flag: Path | None
-
-    def settings(self, **flags: Any) -> Settings:
-        keyset = None if self.keyset_flag is None else str(self.keyset_flag)
-        return load_settings({"keyset": keyset, **flags}, config=self.config_flag)
-
-    def keyset(self, settings: Settings) -> Keyset:
-        """The keyset to read: inline from the environment, else the file."""
-        if settings.keyset_json is not None:
-            return Keyset.from_json(settings.keyset_json, source=KEYSET_JSON_ENV)
-        return Keyset.load(settings.keyset_path)
-
-    def writable_path(self, settings: Settings) -> Path:
-        """The keyset file a command may write; refuses the read-only inline keyset."""
-        if settings.keyset_json is not None:
-            raise KeysetError(
-                f"the keyset comes from {KEYSET_JSON_ENV}, which is read-only; "
-                "write to a keyset file with --keyset PATH"
-            )
-        return settings.keyset_path
 
 
 def emit_json(value: Any) -> None:

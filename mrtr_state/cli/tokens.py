@@ -9,12 +9,10 @@ from typing import Any
 
 import click
 
-from .. import _render
 from .._encoding import json_dumps
 from ..claims import Claims
 from ..errors import InvalidToken, KeysetNotFound, OversizedToken
 from ..keyset import Keyset
-from ..replay import open_store
 from ..tokens import inspect as inspect_token
 from ..tokens import issue, seal, unseal, verify
 from ._common import (
@@ -150,7 +148,11 @@ def verify_cmd(
     settings = app.settings(audience=audience, replay_store=replay_store)
     request = request_binding(request_id, method, target, arguments, bind)
     keyset = app.keyset(settings)
-    store = open_store(settings.replay_store) if once else None
+    store = None
+    if once:
+        from ..replay import open_store
+
+        store = open_store(settings.replay_store)
 
     def check(text: str | bytes) -> Claims:
         return verify(
@@ -236,6 +238,8 @@ def inspect_cmd(app: App, as_json: bool, token: str) -> None:
     if as_json:
         emit_json(view.to_dict())
     else:
+        from .. import _render  # only inspect draws
+
         click.echo(
             _render.inspection(
                 view, now=now, keyset_source=None if keyset is None else str(settings.keyset_path)

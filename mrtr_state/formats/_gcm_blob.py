@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode
 from .._entropy import random_bytes
-from ..errors import MalformedToken, WrongFormat
+from ..errors import BadSignature, MalformedToken, WrongFormat
 from . import Anatomy
-from ._primitives import AESGCM, gcm_open
+from ._primitives import AESGCM, TAG_MISMATCH, InvalidTag
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
@@ -42,6 +42,7 @@ class GcmBlobFormat:
         self._prefix_bytes = prefix.encode("ascii")
         self._cipher = cipher
         self._key_note = key_note
+        self._routes_name = f"{name}-routes"
 
     def seal(self, key: Key, plaintext: bytes) -> str:
         key_id = key.prepared("key-id", lambda _secret: key.key_id)
@@ -52,24 +53,41 @@ class GcmBlobFormat:
         return self._prefix + b64url_encode(key_id + nonce + sealed)
 
     def _split(self, token: str) -> bytes:
-        if not token.startswith(self._prefix) or token.count(".") != self._prefix.count("."):
-            raise WrongFormat(
-                f"not an {self.name} token ({self._prefix} and one base64url segment)"
-            )
+        prefix = self._prefix
         try:
-            raw = b64url_decode(token[len(self._prefix) :])
+            if not token.startswith(prefix):
+                raise EncodingError("wrong prefix")
+            raw = b64url_decode(token[len(prefix) :])
         except EncodingError as err:
+            # Worked out only on failure: a foreign token is the wrong format, not a bad body.
+            if not token.startswith(prefix) or token.count(".") != prefix.count("."):
+                raise WrongFormat(
+                    f"not an {self.name} token ({prefix} and one base64url segment)"
+                ) from None
             raise MalformedToken(f"{self.name} token body: {err}") from None
         if len(raw) < _HEADER + _TAG:
             raise MalformedToken(f"{self.name} token is truncated ({len(raw)} bytes decoded)")
         return raw
 
+    def _routes(self, keys: tuple[Key, ...]) -> dict[bytes, tuple[Key, AESGCM, bytes]]:
+        """Each usable key's token id -> the key, its cipher and its associated data."""
+        return {
+            key.key_id: (key, key.prepared(self.alg, self._cipher), self._prefix_bytes + key.key_id)
+            for key in keys
+            if key.alg == self.alg and key.status != "retired"
+        }
+
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
         raw = self._split(token)
-        key_id = raw[:4]
-        key = keyset.verifying_key(key_id.hex(), self.alg)
-        cipher = key.prepared(self.alg, self._cipher)
-        return key, gcm_open(cipher, raw[4:_HEADER], raw[_HEADER:], self._prefix_bytes + key_id)
+        route = keyset.derived(self._routes_name, self._routes).get(raw[:4])
+        if route is None:  # unknown, retired or another algorithm's: the precise refusal
+            keyset.verifying_key(raw[:4].hex(), self.alg)
+            raise AssertionError("unreachable: verifying_key refuses what has no route")
+        key, cipher, associated = route
+        try:
+            return key, cipher.decrypt(raw[4:_HEADER], raw[_HEADER:], associated)
+        except InvalidTag:
+            raise BadSignature(TAG_MISMATCH) from None
 
     def anatomy(self, token: str) -> Anatomy:
         raw = self._split(token)

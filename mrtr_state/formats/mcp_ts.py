@@ -39,15 +39,17 @@ class McpTsFormat:
         _prefix, body, mac = split_compact(token, 3, "mcp-ts")
         return body, mac
 
+    def _candidates(self, keys: tuple[Key, ...]) -> list[Key]:
+        """The usable mcp-ts keys, primary first (tokens carry no key id: see DESIGN)."""
+        usable = [k for k in keys if k.alg == self.alg and k.can_verify]
+        return sorted(usable, key=lambda k: k.status != "primary")
+
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
         body, mac_text = self._split(token)
         mac = decode_segment(mac_text, "mcp-ts MAC")
         if len(mac) != 32:
             raise MalformedToken(f"mcp-ts MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
-        candidates = sorted(
-            (k for k in keyset if k.alg == self.alg and k.can_verify),
-            key=lambda k: k.status != "primary",
-        )
+        candidates = keyset.derived("mcp-ts-candidates", self._candidates)
         if not candidates:
             raise UnknownKey(
                 "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "

@@ -1,0 +1,109 @@
+"""The top-level group's machinery, kept light: ``mrtr-state --help`` and every command load it.
+
+Nothing here imports the keyset, config or token code at module level; the :class:`App` asks for
+them when a command needs settings or keys.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import KeysetError, MrtrStateError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..config import Settings
+    from ..keyset import Keyset
+
+KEYSET_HELP = "Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json]."
+CONFIG_HELP = "TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml]."
+
+
+def _remember_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Option callback: a --keyset or --config given here beats one given further out."""
+    app = ctx.find_object(App)
+    if value is not None and app is not None:
+        setattr(app, f"{param.name}_flag", value)
+
+
+def with_global_options(command: click.Command) -> click.Command:
+    """Give ``command`` the global --keyset and --config, so that they work after it too.
+
+    Scripts written from the CLI contract put them anywhere (``mrtr-state verify --keyset prod.json
+    TOKEN``); the one closest to the command wins, as with kubectl or gh.
+    """
+    names = {name for param in command.params for name in getattr(param, "opts", ())}
+    if "--keyset" not in names:
+        path = click.Path(dir_okay=False)
+        command.params += [
+            click.Option(
+                ["--keyset", "-k"],
+                type=path,
+                expose_value=False,
+                callback=_remember_flag,
+                help=KEYSET_HELP,
+            ),
+            click.Option(
+                ["--config"],
+                type=path,
+                expose_value=False,
+                callback=_remember_flag,
+                help=CONFIG_HELP,
+            ),
+        ]
+    return command
+
+
+class ErrorMappingGroup(click.Group):
+    """A group that turns library errors into one stderr line and the documented exit code.
+
+    Every command added to it takes the global options too (see :func:`with_global_options`).
+    """
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        super().add_command(with_global_options(cmd), name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MrtrStateError as err:
+            click.echo(f"error: {err}", err=True)
+            ctx.exit(err.exit_code)
+        except ValueError as err:  # the library's word for a bad argument: a usage error
+            raise click.UsageError(str(err)) from None
+
+
+class App:
+    """What the top-level options decided; commands ask it for settings and the keyset."""
+
+    __slots__ = ("config_flag", "keyset_flag")
+
+    def __init__(self, keyset_flag: str | None, config_flag: str | None) -> None:
+        self.keyset_flag = keyset_flag
+        self.config_flag = config_flag
+
+    def settings(self, **flags: Any) -> Settings:
+        from ..config import load_settings
+
+        return load_settings({"keyset": self.keyset_flag, **flags}, config=self.config_flag)
+
+    def keyset(self, settings: Settings) -> Keyset:
+        """The keyset to read: inline from the environment, else the file."""
+        from ..config import KEYSET_JSON_ENV
+        from ..keyset import Keyset
+
+        if settings.keyset_json is not None:
+            return Keyset.from_json(settings.keyset_json, source=KEYSET_JSON_ENV)
+        return Keyset.load(settings.keyset_path)
+
+    def writable_path(self, settings: Settings) -> Path:
+        """The keyset file a command may write; refuses the read-only inline keyset."""
+        if settings.keyset_json is not None:
+            raise KeysetError(
+                "the keyset comes from MRTR_STATE_KEYSET_JSON, which is read-only; "
+                "write to a keyset file with --keyset PATH"
+            )
+        return settings.keyset_path
