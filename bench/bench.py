@@ -496,7 +496,7 @@ def regular_install(folder: str) -> Path:
     subprocess.run(
         [
             *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"),
-            *("--no-build-isolation", "--target", str(target), str(HERE.parent)),
+            *("--target", str(target), str(HERE.parent)),
         ],
         check=True,
         stdout=subprocess.DEVNULL,

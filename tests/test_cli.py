@@ -73,7 +73,7 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 def test_every_command_is_listed() -> None:
-    assert len(_commands(cli)) == 15  # 8 top-level commands, the keys group and its 7
+    assert len(_commands(cli)) == 16  # 9 top-level commands, the keys group and its 7
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
@@ -504,6 +504,7 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("mint",): [],
         ("seal",): [],
         ("unseal",): ["-"],
+        ("proxy",): ["--upstream", "ftp://nowhere"],  # fails after reading the keyset
         ("keys", "add"): ["--alg", "HS256"],
         ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
         ("keys", "list"): [],
@@ -530,7 +531,12 @@ def test_keyset_after_each_command_is_the_one_used(ks: Path, tmp_path: Path) -> 
             input_ = "payload"
         if path == ("unseal",):
             input_ = sealed
-        result = run("--keyset", elsewhere, *path, *args, "--keyset", str(ks), input=input_)
+        code = 2 if path == ("proxy",) else 0
+        result = run(
+            "--keyset", elsewhere, *path, *args, "--keyset", str(ks), input=input_, code=code
+        )
+        if path == ("proxy",):
+            assert "--upstream must be an http(s) URL" in result.stderr
         if path == ("seal",):
             sealed = result.stdout.strip()
         assert not Path(elsewhere).exists(), path
@@ -578,8 +584,16 @@ def test_help_and_verify_import_no_command_they_do_not_run(ks: Path) -> None:
         (["--help"], ["mrtr_state.cli.keys", "mrtr_state.cli.tokens", "mrtr_state.tokens"]),
         (
             ["--keyset", str(ks), "verify", token],
-            ["mrtr_state.cli.keys", "mrtr_state.lifecycle", "mrtr_state.replay", "logging"]
-            + ["mrtr_state.sdk_envelopes", "mrtr_state._render", "hashlib", "hmac"],
+            [
+                "mrtr_state.cli.keys",
+                "mrtr_state.lifecycle",
+                "mrtr_state.replay",
+                "logging",
+                "mrtr_state.sdk_envelopes",
+                "mrtr_state._render",
+                "hashlib",
+                "hmac",
+            ],
         ),
     ):
         done = subprocess.run(
@@ -587,3 +601,17 @@ def test_help_and_verify_import_no_command_they_do_not_run(ks: Path) -> None:
         )
         loaded = set(done.stderr.split()[-1000:])
         assert not loaded & set(absent), (args, sorted(loaded & set(absent)))
+
+
+def test_proxy_usage_errors(ks: Path) -> None:
+    upstream = ["--upstream", "http://127.0.0.1:9/mcp"]
+    both = run(
+        "proxy", *upstream, "--principal-header", "X-U", "--principal-from", "bearer", code=2
+    )
+    assert "not both" in both.stderr
+    once = run("--keyset", str(ks), "proxy", *upstream, "--once", code=2)
+    assert "--once needs --replay-store" in once.stderr
+    store = run("--keyset", str(ks), "proxy", *upstream, "--replay-store", "memory:", code=2)
+    assert "only with --once" in store.stderr
+    listen = run("--keyset", str(ks), "proxy", *upstream, "--listen", "nowhere", code=2)
+    assert "HOST:PORT" in listen.stderr

@@ -25,6 +25,7 @@ _COMMANDS = {
     "inspect": "tokens:inspect_cmd",
     "seal": "tokens:seal_cmd",
     "unseal": "tokens:unseal_cmd",
+    "proxy": "proxy:proxy_cmd",
 }
 # What `mrtr-state --help` lists, so that listing imports no command module. A test checks that
 # each line is the start of its command's own help.
@@ -33,6 +34,7 @@ SUMMARIES = {
     "inspect": "Show what TOKEN (or stdin) is made of, verified if a keyset is found.",
     "keys": "Create, list and move keys through their lifecycle.",
     "mint": "Mint a requestState token; print it alone on stdout.",
+    "proxy": "Serve a reverse proxy that seals every requestState the upstream emits.",
     "rotate": "Advance key rotation by one safe step; made for cron.",
     "seal": "Seal the bytes on stdin into a token (no claims).",
     "unseal": "Check TOKEN (or stdin) and write its sealed payload to stdout.",
