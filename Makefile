@@ -37,6 +37,7 @@ test: lint ## Lint, then the whole test suite (fails if no test ran)
 bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/proxy_load.py
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600
