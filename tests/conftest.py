@@ -12,7 +12,8 @@ import pytest
 import mrtr_state as ms
 
 NOW = 1_800_000_000  # a fixed "now" (2027-01-15) so that times in tests are exact
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+#: Published vectors, copied into the repository (sources and licences in their README).
+VECTORS = Path(__file__).resolve().parent / "vectors" / "published"
 
 
 @pytest.fixture
@@ -37,10 +38,9 @@ def open_dir() -> Iterator[Path]:
 
 
 def shared_vector(*parts: str) -> Path:
-    """A file under ../shared/vectors, or skip the test where that folder is absent."""
+    """A published vector file from tests/vectors/published (it is part of every clone)."""
     path = VECTORS.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared test vectors not found at {path} (a user's checkout has none)")
+    assert path.exists(), f"published test vector missing: {path}"
     return path
 
 

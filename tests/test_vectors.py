@@ -81,7 +81,7 @@ def _jws_signature_holds(token: str, secret: bytes) -> bool:
 def test_wycheproof_jws() -> None:
     keyset = ms.Keyset.generate(now=NOW)
     counts: Counter[str] = Counter()
-    known_defects = {367, 370, 372, 373}  # see ../shared/vectors/README.md
+    known_defects = {367, 370, 372, 373}  # see tests/vectors/published/README.md
     for group in wycheproof("json_web_signature_test.json")["testGroups"]:
         private = group.get("private", {})
         hs256 = private.get("alg") == "HS256" and private.get("kty") == "oct"
