@@ -195,9 +195,13 @@ def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
     if claims.iat is None:
         raise InvalidClaims("claims lack iat")
     lifetime = claims.exp - claims.iat
-    if not 0 < lifetime <= policy.ttl_cap:
+    if not lifetime > 0:
+        raise InvalidClaims(f"token lifetime {lifetime} s is not positive (exp <= iat)")
+    if not lifetime <= policy.ttl_cap:
         raise InvalidClaims(
-            f"token lifetime {lifetime} s is outside 1..{policy.ttl_cap} s (the ttl cap)"
+            f"token lifetime {lifetime} s exceeds this verifier's ttl_cap of {policy.ttl_cap} s: "
+            "it was minted under a higher cap; raise ttl_cap on the verifier too, or mint "
+            "shorter tokens"
         )
     if not claims.iat <= now + policy.skew:
         ahead = claims.iat - now

@@ -2,7 +2,12 @@
 # The whole mrtr-state flow on the default keyset (keys/keyset.json), explained as it runs.
 set -euo pipefail
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal, unless NO_COLOR is set (no-color.org) or TERM is dumb.
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ] && [ "${TERM:-}" != dumb ]; then
+  step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  step() { printf '\n== %s\n' "$*"; }
+fi
 show() { printf '$ %s\n' "$*"; "$@"; }
 
 if [ -f keys/keyset.json ]; then

@@ -73,7 +73,7 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 def test_every_command_is_listed() -> None:
-    assert len(_commands(cli)) == 16  # 9 top-level commands, the keys group and its 7
+    assert len(_commands(cli)) == 17  # 9 top-level commands, the keys group and its 8
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
@@ -179,8 +179,8 @@ def test_request_fingerprint_flags(ks: Path) -> None:
         (["--state", "{bad"], "--state is not valid JSON"),
         (["--state", '{"a":1,"a":2}'], "duplicate member"),
         (["--state", "@/nonexistent/state.json"], "cannot read state file"),
-        (["--ttl", "3601"], "ttl must be"),
-        (["--ttl", "0"], "0 is not in the range"),
+        (["--ttl", "3601"], "is over the ttl_cap of 1h (set by the default)"),
+        (["--ttl", "0"], "--ttl must be at least 1s"),
         (["--format", "zip"], "'zip' is not"),
         (["--request-id", "r", "--method", "m"], "not both"),
         (["--method", "tools/call"], "both --method and --target"),
@@ -485,9 +485,6 @@ def test_every_command_takes_keyset_and_config_after_it(path: tuple[str, ...]) -
     assert {"--keyset", "-k", "--config"} <= names
 
 
-RETIRE_NEEDS_YES = False
-
-
 def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[str]]:
     """For each leaf command, arguments that do real work on ``ks`` (given after the command)."""
     token = mint(ks, "--principal", "alice")
@@ -508,10 +505,11 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("keys", "add"): ["--alg", "HS256"],
         ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
         ("keys", "list"): [],
+        ("keys", "export"): [kid, "--stdout"],
         ("keys", "promote"): [kid],
         ("keys", "prune"): ["--dry-run"],
         ("rotate",): ["--dry-run"],
-        ("keys", "retire"): [kid, "--yes"] if RETIRE_NEEDS_YES else [kid],
+        ("keys", "retire"): [kid, "--yes"],
         ("keys", "init"): ["--force"],
     }
 

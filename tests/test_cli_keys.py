@@ -56,12 +56,18 @@ def test_add_promote_and_the_old_primary_keeps_verifying(path: Path) -> None:
 def test_retire_revokes_at_once_and_says_what_it_cuts_off(path: Path) -> None:
     kid = keys(path)[0]["kid"]
     token = run("--keyset", str(path), "mint").stdout.strip()
-    result = run("--keyset", str(path), "keys", "retire", kid)
+    refused = run("--keyset", str(path), "keys", "retire", kid, code=2)  # no terminal: no prompt
+    assert f"{kid} is the primary A256GCM key; give --yes" in refused.stderr
+    dry = run("--keyset", str(path), "keys", "retire", kid, "--dry-run")
+    assert dry.stdout.startswith(f"would retire {kid} (A256GCM)")
+    run("--keyset", str(path), "verify", token)  # the dry run changed nothing
+    result = run("--keyset", str(path), "keys", "retire", kid, "--yes")
     assert result.stdout.splitlines() == [
         f"retired {kid} (A256GCM): primary -> retired: its tokens are refused from now on",
         "this cuts off up to 1h 1m of still-valid tokens",
     ]
     assert "no primary A256GCM key left" in result.stderr
+    assert "mrtr-state keys add --alg A256GCM" in result.stderr and "keys init" not in result.stderr
     assert run("--keyset", str(path), "verify", token, code=1).stderr == (
         f"error: key {kid} is retired; its tokens are no longer accepted\n"
     )
@@ -76,7 +82,7 @@ def test_retire_revokes_at_once_and_says_what_it_cuts_off(path: Path) -> None:
 
 def test_prune_keeps_recently_retired_keys(path: Path) -> None:
     kid = keys(path)[0]["kid"]
-    run("--keyset", str(path), "keys", "retire", kid)
+    run("--keyset", str(path), "keys", "retire", kid, "--yes")
     assert run("--keyset", str(path), "keys", "prune").stdout == f"nothing to do in {path}\n"
     dry = run("--keyset", str(path), "keys", "prune", "--retention", "0", "--dry-run")
     assert dry.stdout == f"would prune {kid} (A256GCM): retired key deleted\n"

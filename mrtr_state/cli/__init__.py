@@ -8,6 +8,7 @@ line on stderr; nothing here decides whether a token is valid.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -77,7 +78,7 @@ class LazyGroup(ErrorMappingGroup):
     type=click.Path(dir_okay=False),
     help=CONFIG_HELP + " Also accepted after any command.",
 )
-@click.version_option(package_name="mrtr-state")
+@click.version_option(None, "-V", "--version", package_name="mrtr-state")
 @click.pass_context
 def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
     """Mint, verify, inspect and seal MCP requestState tokens, and manage their keys.
@@ -93,6 +94,8 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
     5 replayed, 6 keyset or config error.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config)
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        ctx.color = False  # no-color.org; every sub-command's context inherits it
 
 
 def main() -> None:

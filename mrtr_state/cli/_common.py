@@ -126,13 +126,39 @@ def read_state(value: str | None) -> Any:
     return parse_json(value, "--state")
 
 
-def single_token(token: str) -> str:
-    """The token argument, or the one token on stdin for ``-``."""
-    if token != "-":
-        return token
-    text = sys.stdin.read().strip()
+def token_source(token: str | None) -> str:
+    """Where TOKEN comes from: "-" for stdin (also when it is omitted and stdin is a pipe or a
+    file), "@PATH" for a file, else the argument itself."""
+    if token is None:
+        if sys.stdin.isatty():
+            raise click.UsageError("give TOKEN, @FILE, or - to read tokens from stdin")
+        return "-"
+    return token
+
+
+def single_token(token: str | None, limit: int) -> str:
+    """The one token given as an argument, @FILE or on stdin, stripped of surrounding
+    whitespace (terminals and editors add newlines). Input is read only up to ``limit``."""
+    from ._stdin import read_bounded
+
+    source = token_source(token)
+    if source == "-":
+        data = read_bounded(sys.stdin.buffer, limit)
+        where = "stdin"
+    elif source.startswith("@"):
+        where = source[1:]
+        try:
+            with open(where, "rb") as handle:
+                data = read_bounded(handle, limit)
+        except OSError as err:
+            raise click.UsageError(f"cannot read token file {where}: {err.strerror}") from None
+    else:
+        return source.strip()
+    if data is None:
+        raise click.UsageError(f"the token in {where} is over the {limit}-byte size cap")
+    text = data.decode("ascii", "replace").strip()
     if not text:
-        raise click.UsageError("no token on stdin")
+        raise click.UsageError(f"no token in {where}")
     return text
 
 

@@ -29,7 +29,9 @@ def _lines_with_progress(handle: IO[str], size: int) -> Iterator[str]:
 @click.option("--audience", "-a", metavar="A", help="Audience the tokens must carry.")
 @click.option("--principal", "-p", metavar="P", help="Principal the tokens must be bound to.")
 @json_option
-@click.argument("capture", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument(
+    "capture", type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True)
+)
 @pass_app
 def audit_cmd(
     app: App, audience: str | None, principal: str | None, as_json: bool, capture: str

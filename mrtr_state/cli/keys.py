@@ -162,6 +162,13 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
     metavar="NAME",
     help="Environment variable holding the secret (as SDK operators often pass it).",
 )
+@click.option(
+    "--encoding",
+    type=click.Choice(["raw", "base64", "hex"]),
+    default="raw",
+    show_default=True,
+    help="How the secret is written: raw bytes, base64 (standard or url-safe) or hex text.",
+)
 @click.option("--primary", is_flag=True, help="Make it the primary at once.")
 @json_option
 @pass_app
@@ -170,6 +177,7 @@ def keys_import(
     alg: str,
     secret_file: str | None,
     secret_env: str | None,
+    encoding: str,
     primary: bool,
     as_json: bool,
 ) -> None:
@@ -184,6 +192,7 @@ def keys_import(
       mrtr-state keys import --alg A256GCM --secret-file secret.bin
       vault kv get -field=key secret/mcp | mrtr-state keys import --alg HS256 --secret-file -
       mrtr-state keys import --alg mcp-py-v1 --secret-env MCP_REQUEST_STATE_KEY
+      mrtr-state keys import --alg A256GCM --encoding base64 --secret-file key.b64
     """
     settings = app.settings()
     path = app.writable_path(settings)
@@ -191,6 +200,7 @@ def keys_import(
         raise click.UsageError("give exactly one of --secret-file or --secret-env")
     secret = _read_secret(secret_file) if secret_file is not None else _env_secret(str(secret_env))
     secret_file = secret_file or f"${secret_env}"
+    secret = _decode_secret(secret, encoding, secret_file)
     if not secret_length_ok(alg, secret):
         wanted = f"exactly {ALGORITHMS[alg][1]}" if alg in OWN_ALGORITHMS else "at least 32"
         raise click.UsageError(
@@ -201,6 +211,12 @@ def keys_import(
 
     def add(current: Keyset) -> Keyset:
         now = _now()
+        for existing in current:
+            if existing.alg == alg and existing.secret == secret:
+                raise click.UsageError(
+                    f"this secret is already in {path} as {existing.status} key {existing.kid}; "
+                    "nothing was imported"
+                )
         changed, key = current.with_new_key(alg, secret=secret, now=now)
         if primary and key.status != "primary":
             changed, _changes = life.promote(changed, key.kid, now=now)
@@ -213,6 +229,23 @@ def keys_import(
         emit_json({"keyset": str(path), **key.describe()})
     else:
         click.echo(f"imported {key.alg} key {key.kid} as {key.status} into {path}")
+
+
+def _decode_secret(data: bytes, encoding: str, source: str) -> bytes:
+    """The raw secret from how it was written down (surrounding whitespace ignored for text)."""
+    if encoding == "raw":
+        return data
+    import base64
+    import binascii
+
+    text = data.strip()
+    try:
+        if encoding == "hex":
+            return bytes.fromhex(text.decode("ascii"))
+        standard = text.replace(b"-", b"+").replace(b"_", b"/")
+        return base64.b64decode(standard + b"=" * (-len(standard) % 4), validate=True)
+    except (ValueError, binascii.Error):
+        raise click.UsageError(f"the secret in {source} is not valid {encoding} text") from None
 
 
 def _env_secret(name: str) -> bytes:
@@ -232,6 +265,66 @@ def _read_secret(source: str) -> bytes:
     if not data:
         raise click.UsageError(f"the secret in {source} is empty")
     return data
+
+
+@keys.command("export")
+@click.argument("kid")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the secret to this new file (created 0600; never overwritten).",
+)
+@click.option("--stdout", "to_stdout", is_flag=True, help="Write the secret to stdout instead.")
+@click.option(
+    "--encoding",
+    type=click.Choice(["raw", "base64", "hex"]),
+    default="raw",
+    show_default=True,
+    help="How to write it: raw bytes, base64url text or hex text.",
+)
+@pass_app
+def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str) -> None:
+    """Export the secret of key KID, for an interoperability check or an SDK's key ring.
+
+    A secret leaves the keyset only where you say: a new 0600 file (--out) or stdout (--stdout),
+    never by default. Prefer importing it where it is needed over keeping exported copies.
+
+    \b
+    Examples:
+      mrtr-state keys export 1a2b3c4d --out /run/secrets/sdk-key
+      mrtr-state keys export 1a2b3c4d --stdout --encoding base64 | kubectl create secret ...
+    """
+    if (out is None) == (not to_stdout):
+        raise click.UsageError("give exactly one of --out FILE or --stdout")
+    settings = app.settings()
+    keyset = app.keyset(settings)
+    key = keyset.get(kid)
+    if key is None:
+        raise KeysetError(f"{settings.keyset_source} has no key {kid}")
+    if encoding == "raw":
+        data = key.secret
+    elif encoding == "hex":
+        data = key.secret.hex().encode() + b"\n"
+    else:
+        import base64
+
+        data = base64.urlsafe_b64encode(key.secret).rstrip(b"=") + b"\n"
+    if to_stdout:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    assert out is not None
+    try:
+        handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise click.UsageError(f"{out} exists; exported secrets never overwrite a file") from None
+    except OSError as err:
+        raise click.UsageError(f"cannot create {out}: {err.strerror}") from None
+    with os.fdopen(handle, "wb") as written:
+        written.write(data)
+        written.flush()
+        os.fsync(written.fileno())
+    click.echo(f"wrote the secret of {key.alg} key {kid} to {out} (mode 0600)", err=True)
 
 
 @keys.command("promote")
@@ -259,20 +352,43 @@ def keys_promote(app: App, kid: str, as_json: bool) -> None:
 
 @keys.command("retire")
 @click.argument("kid")
+@click.option("--yes", "-y", is_flag=True, help="Retire even the primary without asking.")
+@click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
 @json_option
 @pass_app
-def keys_retire(app: App, kid: str, as_json: bool) -> None:
+def keys_retire(app: App, kid: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Revoke key KID now: every token it made is refused from this moment.
 
     For a compromised key. Routine rotation retires keys only once their tokens have expired
     (see rotate). The output says how much time of still-valid tokens this cuts off.
 
     \b
-    Example:
-      mrtr-state keys retire 1a2b3c4d
+    Retiring the primary stops minting for its algorithm until another key is added or promoted,
+    so it asks first (or give --yes; in a script without a terminal it refuses without --yes).
+
+    \b
+    Examples:
+      mrtr-state keys retire 1a2b3c4d --dry-run
+      mrtr-state keys retire 1a2b3c4d --yes
     """
     settings = app.settings()
     path = app.writable_path(settings)
+    if not dry_run:
+        from ..keyfile import check_writable
+
+        check_writable(path)  # a deployed copy is refused before any question is asked
+    current = Keyset.load(path, reload_interval=None)
+    target = current.get(kid)
+    if target is not None and target.status == "primary" and not (yes or dry_run):
+        question = (
+            f"{kid} is the primary {target.alg} key: nothing can mint {target.format} tokens "
+            "until another key is added or promoted. Retire it?"
+        )
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                f"{kid} is the primary {target.alg} key; give --yes to retire it"
+            )
+        click.confirm(question, abort=True, err=True)
     results: list[tuple[life.Change, int, str]] = []
 
     def change(current: Keyset) -> Keyset:
@@ -282,7 +398,7 @@ def keys_retire(app: App, kid: str, as_json: bool) -> None:
         results.append((made, cut, status))
         return changed
 
-    keyset = Keyset.update(path, change)
+    keyset = change(current) if dry_run else Keyset.update(path, change)
     made, cut, was = results[-1]
     no_primary = was == "primary" and not any(
         k.alg == made.alg and k.status == "primary" for k in keyset
@@ -291,18 +407,22 @@ def keys_retire(app: App, kid: str, as_json: bool) -> None:
         emit_json(
             {
                 "keyset": str(path),
+                "dry_run": dry_run,
                 **made.to_dict(),
                 "cut_off_seconds": cut,
                 "no_primary_left": no_primary,
             }
         )
         return
-    click.echo(f"retired {kid} ({made.alg}): {made.detail}")
+    click.echo(f"{'would retire' if dry_run else 'retired'} {kid} ({made.alg}): {made.detail}")
     if cut:
         click.echo(f"this cuts off up to {format_duration(cut)} of still-valid tokens")
     if no_primary:
         click.echo(
-            f"warning: no primary {made.alg} key left; add or promote one to mint again", err=True
+            f"warning: no primary {made.alg} key left; to mint again: mrtr-state keys add "
+            f"--alg {made.alg} (a new primary at once), or mrtr-state keys promote KID "
+            "(a pending key)",
+            err=True,
         )
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
 from .._encoding import json_dumps
 from ..claims import Claims
+from ..durations import format_duration
 from ..errors import InvalidToken, KeysetNotFound, OversizedToken
 from ..keyset import Keyset
 from ..tokens import inspect as inspect_token
@@ -18,6 +19,7 @@ from ..tokens import issue, seal, unseal, verify
 from ._common import (
     App,
     binding_options,
+    duration_option,
     emit_json,
     fail,
     format_option,
@@ -26,6 +28,7 @@ from ._common import (
     read_state,
     request_binding,
     single_token,
+    token_source,
 )
 from ._stdin import read_lines
 
@@ -35,11 +38,8 @@ from ._stdin import read_lines
 @click.command()
 @format_option("Token format [config 'format'; default aead].")
 @binding_options
-@click.option(
-    "--ttl",
-    type=click.IntRange(min=1),
-    metavar="SECONDS",
-    help="Lifetime in seconds [config 'ttl'; default 300; cap 'ttl_cap'].",
+@duration_option(
+    "--ttl", "Lifetime: 90s, 5m, 1h or seconds [config 'ttl'; default 5m; cap 'ttl_cap' 1h]."
 )
 @click.option(
     "--state",
@@ -72,6 +72,15 @@ def mint(
           --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
     """
     settings = app.settings(format=fmt, audience=audience)
+    cap = settings.policy.ttl_cap
+    if ttl is not None and not 0 < ttl <= cap:
+        raise click.UsageError(
+            f"--ttl {format_duration(ttl)} is over the ttl_cap of {format_duration(cap)} "
+            f"(set by {settings.source_of('ttl_cap')}). Raise ttl_cap there only if every "
+            "verifier raises it too: they refuse tokens that live longer than their own cap"
+            if ttl > 0
+            else "--ttl must be at least 1s"
+        )
     request = request_binding(request_id, method, target, arguments, bind)
     carried = read_state(state)
     keyset = app.keyset(settings)
@@ -113,7 +122,7 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
     "[env MRTR_STATE_REPLAY_STORE; config 'replay_store'; default memory:].",
 )
 @json_option
-@click.argument("token")
+@click.argument("token", required=False)
 @pass_app
 def verify_cmd(
     app: App,
@@ -128,24 +137,34 @@ def verify_cmd(
     once: bool,
     replay_store: str | None,
     as_json: bool,
-    token: str,
+    token: str | None,
 ) -> None:
     """Verify TOKEN (or each line of stdin for -); print its state.
 
     Text output is the state as JSON; --json prints every claim. A rejection names its reason on
     stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem). With -
     each input line gives one output line, the state or "rejected: REASON", and the exit code is
-    that of the first rejection. With --once a token already redeemed exits 5; the default
-    memory: store only spans one run (e.g. one "verify -" over a file), so use sqlite:/// or
-    redis:// to span processes, and an unreachable store exits 6.
+    that of the first rejection. TOKEN may also be @FILE; with no TOKEN, a pipe or file on stdin
+    is read as with -. With --once a token already redeemed exits 5: give --replay-store
+    sqlite:///PATH or redis://... so that what one run redeems binds the next (memory: spans a
+    single "verify -" run only); an unreachable store exits 6.
 
     \b
     Examples:
       mrtr-state verify -p alice -r req-42 "$TOKEN"
+      pbpaste | mrtr-state verify -p alice -r req-42
       mrtr-state verify --json --audience fleet - < captured-tokens.txt
       mrtr-state verify --once --replay-store sqlite:////var/lib/mcp/replay.db "$TOKEN"
     """
+    if replay_store is not None and not once:
+        raise click.UsageError("--replay-store is used only with --once")
+    source = token_source(token)
     settings = app.settings(audience=audience, replay_store=replay_store)
+    if once and source != "-" and settings.replay_store == "memory:":
+        raise click.UsageError(
+            "--once with the memory: store protects nothing across runs: give --replay-store "
+            "sqlite:///PATH or redis://HOST:PORT/DB (or replay_store in the config)"
+        )
     request = request_binding(request_id, method, target, arguments, bind)
     keyset = app.keyset(settings)
     store = None
@@ -166,12 +185,13 @@ def verify_cmd(
             once=store,
         )
 
-    if token == "-":
-        # a line may carry surrounding whitespace: allow a little over the token cap
-        limit = settings.policy.max_size + 256
+    # a line may carry surrounding whitespace: allow a little over the token cap
+    limit = settings.policy.max_size + 256
+    if source == "-":
         raise click.exceptions.Exit(_verify_lines(check, limit, as_json))
+    text = single_token(source, limit)
     try:
-        claims = check(token)
+        claims = check(text)
     except InvalidToken as err:
         if as_json:
             emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
@@ -212,27 +232,51 @@ def _verify_lines(check: Callable[[bytes], Claims], limit: int, as_json: bool) -
 
 @click.command("inspect")
 @json_option
-@click.argument("token")
+@click.argument("token", required=False)
 @pass_app
-def inspect_cmd(app: App, as_json: bool, token: str) -> None:
-    """Show what TOKEN (or - for stdin) is made of, verified only if a keyset can verify it.
+def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
+    """Show what TOKEN (or stdin) is made of, verified only if a keyset can verify it.
 
     Works without a key: format, key id, and for readable formats the claims, all marked NOT
     VERIFIED. With the keyset at hand it also checks the tag and lifetime (not the bindings).
+    TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects each line, with --json
+    one JSON object per line.
 
     \b
     Examples:
       mrtr-state inspect "$TOKEN"
-      mrtr-state inspect --json - < token.txt | jq .verified
+      mrtr-state inspect --json - < tokens.txt | jq .verified
     """
     settings = app.settings()
-    text = single_token(token)
+    source = token_source(token)
+    limit = settings.policy.max_size + 256
     try:
         keyset: Keyset | None = app.keyset(settings)
     except KeysetNotFound:
         if not settings.keyset_is_default:
             raise
         keyset = None  # no keyset at the default path: inspect works without one
+    keyset_source = None if keyset is None else str(settings.keyset_path)
+    if source != "-":
+        _inspect_one(single_token(source, limit), keyset, keyset_source, settings, as_json)
+        return
+    seen = 0
+    for number, line in enumerate(read_lines(sys.stdin.buffer, limit), start=1):
+        if line is None:
+            fail(f"line {number} is over the {limit}-byte size cap", 1)
+        text = line.decode("ascii", "replace").strip()
+        if text:
+            if seen and not as_json:
+                click.echo()
+            seen += 1
+            _inspect_one(text, keyset, keyset_source, settings, as_json)
+    if not seen:
+        raise click.UsageError("no token on stdin")
+
+
+def _inspect_one(
+    text: str, keyset: Keyset | None, keyset_source: str | None, settings: Any, as_json: bool
+) -> None:
     now = time.time()
     view = inspect_token(text, keyset=keyset, now=now, policy=settings.policy)
     if as_json:
@@ -240,43 +284,43 @@ def inspect_cmd(app: App, as_json: bool, token: str) -> None:
     else:
         from .. import _render  # only inspect draws
 
-        click.echo(
-            _render.inspection(
-                view, now=now, keyset_source=None if keyset is None else str(settings.keyset_path)
-            )
-        )
+        click.echo(_render.inspection(view, now=now, keyset_source=keyset_source))
 
 
 @click.command("seal")
 @format_option("Token format [config 'format'; default aead].")
+@click.argument("file", required=False, type=click.File("rb"))
 @pass_app
-def seal_cmd(app: App, fmt: str | None) -> None:
-    """Seal the bytes on stdin into a token (no claims, no expiry, no binding).
+def seal_cmd(app: App, fmt: str | None, file: BinaryIO | None) -> None:
+    """Seal the bytes of FILE (or stdin) into a token (no claims, no expiry, no binding).
 
     Prefer mint: sealed tokens never expire and bind nothing. seal is for payloads that carry
     their own rules.
 
     \b
-    Example:
+    Examples:
       printf 'opaque bytes' | mrtr-state seal > sealed.txt
+      mrtr-state seal payload.bin > sealed.txt
     """
     settings = app.settings(format=fmt)
-    payload = sys.stdin.buffer.read(settings.policy.max_size + 1)
+    source = file if file is not None else sys.stdin.buffer
+    payload = source.read(settings.policy.max_size + 1)
     click.echo(seal(app.keyset(settings), payload, format=settings.format, policy=settings.policy))
 
 
 @click.command("unseal")
 @format_option("Accept only this format [default: any, detected].")
-@click.argument("token")
+@click.argument("token", required=False)
 @pass_app
-def unseal_cmd(app: App, fmt: str | None, token: str) -> None:
-    """Check TOKEN (or - for stdin) and write its sealed payload bytes to stdout.
+def unseal_cmd(app: App, fmt: str | None, token: str | None) -> None:
+    """Check TOKEN (or stdin, or @FILE) and write its sealed payload bytes to stdout.
 
     \b
     Example:
       mrtr-state unseal - < sealed.txt > payload.bin
     """
     settings = app.settings()
-    payload = unseal(app.keyset(settings), single_token(token), format=fmt, policy=settings.policy)
+    text = single_token(token, settings.policy.max_size + 256)
+    payload = unseal(app.keyset(settings), text, format=fmt, policy=settings.policy)
     sys.stdout.buffer.write(payload)
     sys.stdout.buffer.flush()
