@@ -15,6 +15,7 @@ working folder.
     max_size = 8192
     propagation = "1h"     # how long a new key stays pending before rotate promotes it
     retention = "61m"      # default: ttl_cap + 60 s of clock skew
+    rotate_every = "30d"   # how long a primary mints before rotate replaces it
     replay_store = "sqlite:////var/lib/mcp/replay.db"   # for verify --once
 
 A keyset may also come inline from ``MRTR_STATE_KEYSET_JSON`` (containers that get secrets through
@@ -33,14 +34,20 @@ from typing import Any
 from .durations import parse_duration
 from .errors import ConfigError
 from .formats import FORMAT_NAMES
-from .policy import DEFAULT_POLICY, DEFAULT_PROPAGATION, Policy, default_retention
+from .policy import (
+    DEFAULT_POLICY,
+    DEFAULT_PROPAGATION,
+    DEFAULT_ROTATE_EVERY,
+    Policy,
+    default_retention,
+)
 
 __all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
 
 DEFAULT_KEYSET = Path("keys/keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("max_size",)
-_DURATIONS = ("ttl", "ttl_cap", "propagation", "retention")
+_DURATIONS = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every")
 _TEXTS = ("keyset", "format", "audience", "replay_store")
 _KNOWN = frozenset({*_TEXTS, *_INTEGERS, *_DURATIONS})
 KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
@@ -57,6 +64,7 @@ class Settings:
     config_path: Path | None
     propagation: int = DEFAULT_PROPAGATION
     retention: int = default_retention()
+    rotate_every: int = DEFAULT_ROTATE_EVERY
     keyset_json: str | None = None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
     replay_store: str = "memory:"
     #: Where each setting that was given came from: "--flag", "MRTR_STATE_X" or the config file.
@@ -210,6 +218,7 @@ def load_settings(
         policy=policy,
         config_path=config_path,
         propagation=merged.get("propagation", DEFAULT_PROPAGATION),
+        rotate_every=merged.get("rotate_every", DEFAULT_ROTATE_EVERY),
         retention=merged.get("retention", default_retention(policy.ttl_cap, policy.skew)),
         keyset_json=None if flagged else inline,
         replay_store=merged.get("replay_store", "memory:"),

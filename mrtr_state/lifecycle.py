@@ -24,12 +24,15 @@ from typing import Any
 from .durations import format_duration as ago
 from .errors import KeysetInvalid
 from .keyset import ALGORITHMS, Key, Keyset
-from .policy import DEFAULT_PROPAGATION, default_retention
+from .policy import DEFAULT_PROPAGATION, DEFAULT_ROTATE_EVERY, default_retention
 
 __all__ = [
     "DEFAULT_PROPAGATION",
+    "DEFAULT_ROTATE_EVERY",
     "Change",
     "default_retention",
+    "due_list",
+    "next_due",
     "promote",
     "prune",
     "retire",
@@ -137,13 +140,17 @@ def rotate(
     now: int,
     propagation: int,
     retention: int,
+    every: int = DEFAULT_ROTATE_EVERY,
 ) -> tuple[Keyset, list[Change]]:
     """One safe rotation step for each algorithm (all algorithms in use unless ``algs``).
 
     Cleanups first (prune retired keys past retention, retire active keys past retention), then
     one move: promote the pending key once it is older than ``propagation``, or add a pending
-    key when there is none. Every transition is safe on its own, so running this twice in a row
-    (or from two cron jobs) only ever moves the keyset forward.
+    key when the primary is due for replacement. The primary is replaced ``every`` seconds: its
+    successor is added ``propagation`` before that, so that it is everywhere when promoted. An
+    algorithm with no primary gets one at once. Every transition is safe on its own, so running
+    this twice in a row (or every 15 minutes from two cron jobs) only ever moves the keyset
+    forward, and no faster than the period.
     """
     chosen = algs or tuple(alg for alg in ALGORITHMS if any(k.alg == alg for k in keyset))
     for alg in chosen:
@@ -161,14 +168,64 @@ def rotate(
                 )
         pending = [k for k in keyset if k.alg == alg and k.status == "pending"]
         if not pending:
-            keyset, key = keyset.with_new_key(alg, now=now)
-            changes.append(Change("add", key.kid, alg, f"new {key.status} key"))
+            primary = next((k for k in keyset if k.alg == alg and k.status == "primary"), None)
+            if primary is None or _successor_due(primary, every, propagation) <= now:
+                keyset, key = keyset.with_new_key(alg, now=now)
+                changes.append(Change("add", key.kid, alg, f"new {key.status} key"))
             continue
         oldest = min(pending, key=lambda k: k.since.get("pending", now))
         if oldest.since.get("pending", now) + propagation <= now:
             keyset, promoted = promote(keyset, oldest.kid, now=now)
             changes += promoted
     return keyset, changes
+
+
+def _successor_due(primary: Key, every: int, propagation: int) -> int:
+    """When rotation adds the successor of ``primary`` (so that it is promoted at ``every``)."""
+    since = primary.since.get("primary", 0)
+    return since + max(every - propagation, 0)
+
+
+def next_due(
+    key: Key, *, propagation: int, retention: int, every: int = DEFAULT_ROTATE_EVERY
+) -> tuple[str, int] | None:
+    """The next step rotation takes for ``key``, and from when (unix seconds).
+
+    primary: ``add`` its successor; pending: ``promote``; active: ``retire``; retired: ``prune``.
+    """
+    if key.status == "primary":
+        return "add", _successor_due(key, every, propagation)
+    status_since = key.since.get(key.status, 0)
+    if key.status == "pending":
+        return "promote", status_since + propagation
+    if key.status == "active":
+        return "retire", status_since + retention
+    if key.status == "retired":
+        return "prune", status_since + retention
+    return None
+
+
+def due_list(
+    keyset: Keyset, *, propagation: int, retention: int, every: int = DEFAULT_ROTATE_EVERY
+) -> list[dict[str, Any]]:
+    """Every key's next rotation step as machine-readable times, soonest first.
+
+    A primary's successor is added only while no key is pending, so that entry is left out then.
+    """
+    pending_algs = {k.alg for k in keyset if k.status == "pending"}
+    due = []
+    for key in keyset:
+        step = next_due(key, propagation=propagation, retention=retention, every=every)
+        if step is None or (key.status == "primary" and key.alg in pending_algs):
+            continue
+        action, at = step
+        due.append({"kid": key.kid, "alg": key.alg, "action": action, **stamp(at)})
+    return sorted(due, key=lambda item: (item["at"], item["kid"]))
+
+
+def stamp(at: int) -> dict[str, Any]:
+    """A time as JSON wants it twice: unix seconds and RFC 3339 UTC."""
+    return {"at": at, "at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))}
 
 
 def timeline(key: Key, *, now: int, propagation: int, retention: int) -> str:

@@ -29,7 +29,7 @@ from .formats import get_format
 from .keyset import Keyset
 from .policy import DEFAULT_POLICY, Policy
 from .replay import ReplayStore, token_key
-from .tokens import mint, seal, unseal, verify
+from .tokens import mint, open_envelope, seal_envelope, verify
 
 __all__ = [
     "CAPABILITIES_META_KEY",
@@ -253,11 +253,13 @@ class KeysetCodec:
         return self._keyset
 
     def seal(self, payload: bytes) -> str:
-        return seal(self.keyset, payload, format=self._format, policy=self._policy)
+        return seal_envelope(self.keyset, payload, format=self._format, policy=self._policy)
 
     def unseal(self, token: str) -> bytes:
         try:
-            payload = unseal(self.keyset, token, format=self._format, policy=self._policy)
+            _fmt, payload = open_envelope(
+                self.keyset, token, format=self._format, policy=self._policy
+            )
             if self._once is not None:
                 expires = _envelope_expiry(payload)
                 if not self._once.redeem(token_key(None, token), expires, now=time.time()):

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_POLICY", "DEFAULT_PROPAGATION", "Policy", "default_retention"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "DEFAULT_PROPAGATION",
+    "DEFAULT_ROTATE_EVERY",
+    "Policy",
+    "default_retention",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ DEFAULT_POLICY = Policy()
 
 #: How long a new key stays pending before rotation promotes it (see mrtr_state.lifecycle).
 DEFAULT_PROPAGATION = 3600
+#: How long a primary mints before rotation replaces it: 30 days.
+DEFAULT_ROTATE_EVERY = 30 * 86400
 
 
 def default_retention(

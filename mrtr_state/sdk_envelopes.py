@@ -122,8 +122,13 @@ def check_mcp_py(
     arguments: Any,
     audience: str | None,
     principal: str | None,
+    ttl_cap: float | None = None,
 ) -> Claims:
-    """Accept a Python-SDK envelope only on the SDK's conditions; else the precise refusal."""
+    """Accept a Python-SDK envelope only on the SDK's conditions; else the precise refusal.
+
+    Beyond the SDK, ``ttl_cap`` refuses an envelope whose ``exp - iat`` exceeds it: a leaked
+    secret must not mint state that lives for a year.
+    """
     try:
         document = json_loads(plaintext)
     except EncodingError as err:
@@ -137,6 +142,8 @@ def check_mcp_py(
         raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
     if not (_number(exp) and now < exp):
         raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    if ttl_cap is not None and not exp - iat <= ttl_cap:
+        raise InvalidClaims(_over_cap(exp - iat, ttl_cap))
     expected_target, digest = _target_and_digest(method, target, arguments)
     if (document.get("m"), document.get("t"), document.get("a")) != (
         method,
@@ -185,7 +192,18 @@ def mcp_ts_envelope(state: Any, *, key: Key, now: float, ttl: int, bind: str | N
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def check_mcp_ts(plaintext: bytes, *, key: Key, now: float, bind: str | None) -> Claims:
+def _over_cap(lifetime: float, ttl_cap: float) -> str:
+    return (
+        f"token lifetime {lifetime:.0f} s exceeds this verifier's ttl_cap of {ttl_cap:.0f} s; "
+        "raise ttl_cap on the verifier if the issuer really mints tokens this long-lived"
+    )
+
+
+def check_mcp_ts(
+    plaintext: bytes, *, key: Key, now: float, bind: str | None, ttl_cap: float | None = None
+) -> Claims:
+    """Accept a TypeScript-SDK body on the SDK's conditions, and (beyond the SDK, which has no
+    issue time) only while ``exp`` lies at most ``ttl_cap`` ahead."""
     try:
         document = json_loads(plaintext)
     except EncodingError as err:
@@ -197,6 +215,8 @@ def check_mcp_ts(plaintext: bytes, *, key: Key, now: float, bind: str | None) ->
     exp = document.get("exp")
     if not (_number(exp) and now < exp):
         raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    if ttl_cap is not None and not exp - now <= ttl_cap:
+        raise InvalidClaims(_over_cap(exp - now, ttl_cap))
     tag = document.get("b")
     if (tag is None) != (bind is None):
         raise RequestMismatch(
@@ -213,8 +233,8 @@ def check_mcp_ts(plaintext: bytes, *, key: Key, now: float, bind: str | None) ->
     return Claims(state=document["p"], iat=None, exp=exp, jti=None, raw=document)
 
 
-def lifetime_problem(envelope: Any, now: float) -> InvalidToken | None:
-    """For ``inspect``: why an SDK envelope is outside its lifetime, if it is."""
+def lifetime_problem(envelope: Any, now: float, ttl_cap: float) -> InvalidToken | None:
+    """For ``inspect``: why an SDK envelope is outside its lifetime or the cap, if it is."""
     if not isinstance(envelope, dict):
         return InvalidClaims("not an SDK claims envelope")
     iat, exp = envelope.get("iat"), envelope.get("exp")
@@ -222,4 +242,7 @@ def lifetime_problem(envelope: Any, now: float) -> InvalidToken | None:
         return NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
     if not (_number(exp) and now < exp):
         return ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
+    lifetime = exp - (iat if _number(iat) else now)
+    if not lifetime <= ttl_cap:
+        return InvalidClaims(_over_cap(lifetime, ttl_cap))
     return None

@@ -9,7 +9,9 @@ Order of checks in :func:`verify`, and why:
    only ever said of tokens that really came from a holder of the key.
 
 Sealed payloads (:func:`seal`) carry a leading 0x00 byte, which no claims JSON can start with, so
-bytes sealed for some other purpose can never be accepted as a claims token and vice versa.
+bytes sealed for some other purpose can never be accepted as a claims token and vice versa. The
+Python SDK's envelopes sealed by :class:`mrtr_state.mcp.KeysetCodec` carry 0x01 instead: they are
+requestStates, verified with the SDK's own checks, and never confused with either.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ __all__ = ["Inspection", "Minted", "inspect", "issue", "mint", "seal", "unseal",
 
 DEFAULT_FORMAT = "aead"
 _SEALED = b"\x00"
+_SDK_ENVELOPE = b"\x01"
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,22 @@ def verify(
     """
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = time.time() if now is None else now
-    if fmt.name not in _SDK_FORMATS:
+    if fmt.name not in _SDK_FORMATS and plaintext[:1] == _SDK_ENVELOPE:
+        claims = _verify_sdk(
+            get_format("mcp-py"),
+            key,
+            plaintext[1:],
+            moment,
+            principal,
+            request_id,
+            audience,
+            method,
+            target,
+            arguments,
+            bind,
+            policy,
+        )
+    elif fmt.name not in _SDK_FORMATS:
         if method is not None or bind is not None:
             request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
         claims = _claims_from(plaintext)
@@ -385,6 +403,7 @@ def verify(
             target,
             arguments,
             bind,
+            policy,
         )
     if once is not None:
         text = token if isinstance(token, str) else token.decode("ascii")
@@ -407,8 +426,10 @@ def _verify_sdk(
     target: str | None,
     arguments: Any,
     bind: str | None,
+    policy: Policy,
 ) -> Claims:
-    """The envelope checks of the official SDKs, each exactly as its SDK makes them."""
+    """The envelope checks of the official SDKs, each exactly as its SDK makes them, plus the
+    verifier's ttl_cap (which the SDKs lack)."""
     from . import sdk_envelopes as sdk
 
     if fmt.name == "mcp-py":
@@ -427,6 +448,7 @@ def _verify_sdk(
             arguments=arguments,
             audience=audience,
             principal=principal,
+            ttl_cap=policy.ttl_cap,
         )
     # The TypeScript codec binds nothing but its bind value: a verifier that states any other
     # binding is refused rather than silently given less than it asked for.
@@ -442,21 +464,27 @@ def _verify_sdk(
         raise RequestMismatch(
             "request mismatch: mcp-ts tokens bind only the SDK's bind value; give bind"
         )
-    return sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind)
+    return sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind, ttl_cap=policy.ttl_cap)
 
 
 def seal(
     keyset: Keyset, payload: bytes, *, format: str = DEFAULT_FORMAT, policy: Policy = DEFAULT_POLICY
 ) -> str:
-    """Protect raw ``payload`` bytes with no claims: no expiry, no binding. Prefer :func:`mint`."""
+    """Protect raw ``payload`` bytes with no claims: no expiry, no binding. Prefer :func:`mint`.
+
+    Only mrtr-state's own formats seal: an ``mcp-py`` token *is* the Python SDK's requestState,
+    so bytes sealed in that format could be taken for one (use :func:`mint`, or
+    :class:`mrtr_state.mcp.KeysetCodec` inside the SDK).
+    """
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
     fmt = get_format(format)
-    if fmt.name == "mcp-ts":
-        raise ValueError("the mcp-ts format signs JSON payloads only; mint instead of seal")
-    # The Python SDK's codec seals bytes as they are: no marker, for interoperability.
-    marked = bytes(payload) if fmt.name == "mcp-py" else _SEALED + bytes(payload)
-    return _fit(fmt.seal(keyset.primary(fmt.alg), marked), policy, "this payload")
+    if fmt.name in _SDK_FORMATS:
+        raise ValueError(
+            f"{fmt.name} tokens are the SDK's requestStates, not sealed payloads; seal in aead, "
+            "jws or jwe, or mint an SDK token"
+        )
+    return _fit(fmt.seal(keyset.primary(fmt.alg), _SEALED + bytes(payload)), policy, "this payload")
 
 
 def unseal(
@@ -468,13 +496,38 @@ def unseal(
 ) -> bytes:
     """The payload of a token made by :func:`seal`, after checking its tag or MAC."""
     fmt, _key, plaintext = _open(keyset, token, format, policy)
-    if fmt.name == "mcp-py":
-        return plaintext  # the SDK codec's unseal: whatever bytes were sealed
-    if fmt.name == "mcp-ts":
-        raise WrongFormat("mcp-ts tokens hold a signed JSON body, not a sealed payload; verify")
+    if fmt.name in _SDK_FORMATS:
+        raise WrongFormat(f"{fmt.name} tokens are SDK requestStates, not sealed payloads; verify")
+    if plaintext[:1] == _SDK_ENVELOPE:
+        raise WrongFormat("this token holds an SDK requestState envelope; use verify or inspect")
     if plaintext[:1] != _SEALED:
         raise WrongFormat("this token holds claims, not a sealed payload; use verify")
     return plaintext[1:]
+
+
+def seal_envelope(keyset: Keyset, envelope: bytes, *, format: str, policy: Policy) -> str:
+    """An SDK envelope sealed for :class:`mrtr_state.mcp.KeysetCodec` (not public API).
+
+    In ``mcp-py`` the bytes go in as the SDK's own codec seals them (byte-compatible); in our
+    formats they are marked 0x01, apart from claims (``{``) and sealed payloads (0x00).
+    """
+    fmt = get_format(format)
+    if fmt.name == "mcp-ts":
+        raise ValueError("the codec needs a confidential format: aead, jwe or mcp-py")
+    marked = bytes(envelope) if fmt.name == "mcp-py" else _SDK_ENVELOPE + bytes(envelope)
+    return _fit(fmt.seal(keyset.primary(fmt.alg), marked), policy, "this envelope")
+
+
+def open_envelope(
+    keyset: Keyset, token: str, *, format: str | None, policy: Policy
+) -> tuple[str, bytes]:
+    """The (format, SDK envelope) of a token made by :func:`seal_envelope` (not public API)."""
+    fmt, _key, plaintext = _open(keyset, token, format, policy)
+    if fmt.name == "mcp-py":
+        return fmt.name, plaintext
+    if fmt.name == "mcp-ts" or plaintext[:1] != _SDK_ENVELOPE:
+        raise WrongFormat("this token does not hold an SDK requestState envelope")
+    return fmt.name, plaintext[1:]
 
 
 @dataclass(frozen=True)
@@ -558,7 +611,17 @@ def inspect(
             document = json_loads(plaintext) if plaintext[:1] == b"{" else None
             claims_view = document if isinstance(document, dict) else None
             notes.append("the SDK's bindings (request, audience, principal) were not checked")
-            found = sdk.lifetime_problem(claims_view, _now(now))
+            found = sdk.lifetime_problem(claims_view, _now(now), policy.ttl_cap)
+            if found is not None:
+                raise found
+        elif plaintext[:1] == _SDK_ENVELOPE:
+            document = json_loads(plaintext[1:])
+            claims_view = document if isinstance(document, dict) else None
+            notes.append(
+                "an MCP Python SDK envelope sealed by KeysetCodec; its bindings (request, "
+                "audience, principal) were not checked: use verify with them"
+            )
+            found = sdk.lifetime_problem(claims_view, _now(now), policy.ttl_cap)
             if found is not None:
                 raise found
         elif plaintext[:1] == _SEALED:

@@ -39,7 +39,13 @@ def lines_of(entries: list[dict[str, Any]]) -> list[str]:
     return [json.dumps(entry) for entry in entries]
 
 
+#: The capture's tokens were minted with a TTL of years; the auditor raises its cap to match.
+CAPTURE = ms.Policy(ttl_cap=400_000_000)
+CAPTURE_ENV = {"MRTR_STATE_TTL_CAP": "400000000"}
+
+
 def audit(entries: list[dict[str, Any]], **extra: Any) -> ms.audit.AuditReport:
+    extra.setdefault("policy", CAPTURE)
     return audit_capture(lines_of(entries), keyset=server_keyset(), audience="fleet", **extra)
 
 
@@ -150,7 +156,7 @@ def test_each_violation_is_found_exactly_once_with_its_lines(
 def test_an_unparseable_line_is_a_finding() -> None:
     lines = lines_of(capture())
     lines.insert(2, "{not json")
-    report = audit_capture(lines, keyset=server_keyset(), audience="fleet")
+    report = audit_capture(lines, keyset=server_keyset(), audience="fleet", policy=CAPTURE)
     assert [(f.kind, f.lines) for f in report.findings] == [("unparseable_line", (3,))]
 
 
@@ -164,7 +170,7 @@ def test_large_captures_stream() -> None:
                     shifted["msg"]["id"] = f"{copy_number}-{shifted['msg']['id']}"
                 yield json.dumps(shifted)
 
-    report = audit_capture(many(), keyset=server_keyset(), audience="fleet")
+    report = audit_capture(many(), keyset=server_keyset(), audience="fleet", policy=CAPTURE)
     assert (report.exchanges, report.passed, report.clean) == (4000, 4000, True)
 
 
@@ -183,14 +189,20 @@ def test_audit_through_the_cli(tmp_path: Path) -> None:
     )
     clean = tmp_path / "clean.jsonl"
     clean.write_text("\n".join(lines_of(capture())) + "\n")
-    text = run("--keyset", str(keyset), "audit", "--audience", "fleet", str(clean)).stdout
+    over_cap = run("--keyset", str(keyset), "audit", "--audience", "fleet", str(clean), code=1)
+    assert "exceeds this verifier's ttl_cap" in over_cap.stdout  # the default cap refuses them
+    text = run(
+        "--keyset", str(keyset), "audit", "--audience", "fleet", str(clean), env=CAPTURE_ENV
+    ).stdout
     assert text.startswith(
         "12 messages, 2 input_required exchange(s), 2 passed, 0 never retried: clean"
     )
     broken = tmp_path / "broken.jsonl"
     broken.write_text("\n".join(lines_of(_variant(_flip_state))) + "\n")
     result = run(
-        "--keyset", str(keyset), "audit", "--json", "--audience", "fleet", str(broken), code=1
+        *("--keyset", str(keyset), "audit", "--json", "--audience", "fleet", str(broken)),
+        code=1,
+        env=CAPTURE_ENV,
     )
     report = json.loads(result.stdout)
     assert report["findings_by_kind"] == {"state_not_echoed": 1}
@@ -204,6 +216,7 @@ def test_audit_through_the_cli(tmp_path: Path) -> None:
         "-",
         input=broken.read_text(),
         code=1,
+        env=CAPTURE_ENV,
     )
     assert "line 4, 5: state_not_echoed" in piped.stdout
     no_keyset = run("--keyset", str(tmp_path / "none.json"), "audit", str(clean), code=6)

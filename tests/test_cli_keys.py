@@ -6,6 +6,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,14 +218,30 @@ def test_list_shows_the_lifecycle_time_line(path: Path) -> None:
 
 
 def test_rotate_is_one_safe_step_and_says_what_it_did(path: Path) -> None:
-    first = run("--keyset", str(path), "rotate", "--json")
+    fresh = json.loads(run("--keyset", str(path), "rotate", "--json").stdout)
+    assert fresh["changes"] == []  # a new primary is not due for 30 days
+    (due,) = fresh["next_due"]
+    assert due["action"] == "add" and due["at"] - time.time() > 29 * 86400
+    dry = json.loads(
+        run("--keyset", str(path), "rotate", "--every", "1h", "--dry-run", "--json").stdout
+    )
+    assert dry["changes"][0]["kid"] is None and dry["changes"][0]["kid_chosen_at_run_time"]
+    text = run("--keyset", str(path), "rotate", "--every", "1h", "--dry-run").stdout
+    assert text.startswith("would add (chosen at run time) (A256GCM): new pending key")
+    first = run("--keyset", str(path), "rotate", "--every", "1h", "--json")
     changes = json.loads(first.stdout)["changes"]
     assert [c["action"] for c in changes] == ["add"]
     assert json.loads(first.stdout)["dry_run"] is False
+    listed = json.loads(run("--keyset", str(path), "keys", "list", "--json").stdout)["keys"]
+    pending = next(k for k in listed if k["status"] == "pending")
+    assert pending["kid"] == changes[0]["kid"] and pending["next_due"]["action"] == "promote"
+    assert next(k for k in listed if k["status"] == "primary")["next_due"] is None
+    short = run("--keyset", str(path), "rotate", "--every", "10m", code=2)
+    assert "shorter than the propagation delay" in short.stderr
     again = run("--keyset", str(path), "rotate")
-    assert again.stdout == f"nothing to do in {path}\n"  # propagation (1h) not over yet
-    dry = run("--keyset", str(path), "rotate", "--propagation", "0", "--dry-run")
-    assert dry.stdout.startswith("would promote ")
+    assert again.stdout.startswith(f"nothing to do in {path}\nnext: promote ")  # 1h not over
+    dry_promote = run("--keyset", str(path), "rotate", "--propagation", "0", "--dry-run")
+    assert dry_promote.stdout.startswith("would promote ")
     assert [k["status"] for k in keys(path)] == ["primary", "pending"]
     run("--keyset", str(path), "rotate", "--propagation", "0")
     assert [k["status"] for k in keys(path)] == ["active", "primary"]

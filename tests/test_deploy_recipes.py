@@ -14,11 +14,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import mrtr_state as ms
+from mrtr_state import lifecycle as life
 
 from .mounts import KubeletVolume, as_user, needs_root
 
@@ -120,6 +122,7 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
     command = re.findall(r"^\s+- (/\S+)$", spec, re.MULTILINE)
     env = dict(re.findall(r"- name: (\w+)\s*(?:#.*)?\n\s+value: (\S+)", spec, re.MULTILINE))
     assert env["MRTR_STATE_RETENTION"] == "65m" and env["SECRET_NAME"] == "mcp-keyset"
+    assert env["MRTR_STATE_ROTATE_EVERY"] == "30d"
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     tools = tmp_path / "bin"
@@ -151,7 +154,8 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
         return log.read_text().count("applied") if log.exists() else 0
 
     source = state / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(source)
+    month_ago = int(time.time()) - 30 * 86400  # the primary is due for its successor
+    ms.Keyset.generate(("A256GCM",), now=month_ago).save(source)
     first_primary = ms.Keyset.load(source).primary("A256GCM").kid
 
     fail_once.touch()  # the API server is down for this run
@@ -241,7 +245,8 @@ def test_the_cron_line_rotates_the_file_the_service_follows(tmp_path: Path) -> N
         .replace("/var/log/mrtr-state", str(logs))
         .replace("/usr/local/bin/mrtr-state", str(BIN / "mrtr-state"))
     )
-    ms.Keyset.generate(("A256GCM",)).save(etc / "keyset.json")
+    month_ago = int(time.time()) - 30 * 86400  # the primary is due for its successor
+    ms.Keyset.generate(("A256GCM",), now=month_ago).save(etc / "keyset.json")
     server = ms.Keyset.load(etc / "keyset.json", reload_interval=0)  # the service, running
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")}
     subprocess.run(
@@ -250,3 +255,12 @@ def test_the_cron_line_rotates_the_file_the_service_follows(tmp_path: Path) -> N
     report = json.loads((logs / "rotate.log").read_text())
     (added,) = report["changes"]
     assert added["action"] == "add" and server.get(added["kid"]) is not None
+    pending = ms.Keyset.load(etc / "keyset.json").get(added["kid"])
+    assert pending is not None
+    promote_at = life.stamp(pending.since["pending"] + 3600)  # the default propagation
+    assert report["next_due"][0] == {
+        "kid": added["kid"],
+        "alg": "A256GCM",
+        "action": "promote",
+        **promote_at,
+    }

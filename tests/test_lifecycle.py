@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -85,7 +86,8 @@ def test_prune_waits_for_the_retention_window() -> None:
 def test_rotate_walks_the_whole_lifecycle_one_safe_step_at_a_time() -> None:
     keyset = one_alg()
     first = keyset.primary("A256GCM").kid
-    step: dict[str, Any] = {"propagation": PROPAGATION, "retention": RETENTION}
+    # a period no longer than the propagation delay: a successor is due as soon as it can be
+    step: dict[str, Any] = {"propagation": PROPAGATION, "retention": RETENTION, "every": 0}
 
     keyset, changes = life.rotate(keyset, now=NOW, **step)
     assert [c.action for c in changes] == ["add"]
@@ -108,10 +110,43 @@ def test_rotate_walks_the_whole_lifecycle_one_safe_step_at_a_time() -> None:
     assert keyset.get(first) is None
 
 
+def test_rotate_has_a_cadence_however_often_it_runs() -> None:
+    """A 15-minute cron with a 7-day period makes a new primary every 7 days, not every hour."""
+    every, quarter = 7 * 86400, 300  # every - PROPAGATION and PROPAGATION are whole ticks
+    keyset = one_alg()
+    step: dict[str, Any] = {"propagation": PROPAGATION, "retention": RETENTION, "every": every}
+    primaries = [(NOW, keyset.primary("A256GCM").kid)]
+    added_at = []
+    for tick in range(NOW, NOW + 30 * 86400, quarter):
+        keyset, changes = life.rotate(keyset, now=tick, **step)
+        added_at += [tick for c in changes if c.action == "add"]
+        for change in changes:
+            if change.action == "promote":
+                primaries.append((tick, change.kid))
+    starts = [at for at, _kid in primaries]
+    assert len(primaries) == 5  # the first, and one new primary each 7 days of 30
+    assert all(b - a == every for a, b in itertools.pairwise(starts))
+    assert all(at - s == every - PROPAGATION for at, s in zip(added_at, starts, strict=False))
+    due = life.due_list(keyset, propagation=PROPAGATION, retention=RETENTION, every=every)
+    primary = keyset.primary("A256GCM")
+    mine = next(d for d in due if d["kid"] == primary.kid)
+    assert mine["action"] == "add" and mine["at"] == starts[-1] + every - PROPAGATION
+    assert mine["at_utc"].endswith("Z") and "T" in mine["at_utc"]
+    assert [d["at"] for d in due] == sorted(d["at"] for d in due)
+
+
+def test_an_algorithm_without_a_primary_gets_one_at_once() -> None:
+    keyset = one_alg()
+    kid = keyset.primary("A256GCM").kid
+    keyset = life.retire(keyset, kid, now=NOW, retention=RETENTION)[0]
+    keyset, changes = life.rotate(keyset, now=NOW, propagation=PROPAGATION, retention=RETENTION)
+    assert [c.action for c in changes] == ["add"] and changes[0].detail == "new primary key"
+
+
 def test_rotate_touches_only_the_algorithms_asked_for() -> None:
     keyset = ms.Keyset.generate(now=NOW)
     rotated, changes = life.rotate(
-        keyset, algs=("HS256",), now=NOW, propagation=1, retention=RETENTION
+        keyset, algs=("HS256",), now=NOW, propagation=1, retention=RETENTION, every=1
     )
     assert {c.alg for c in changes} == {"HS256"}
     with pytest.raises(ValueError, match="unknown key algorithm"):
@@ -170,7 +205,7 @@ class RotationMachine(RuleBasedStateMachine):
     def rotate(self) -> None:
         before = {k.kid: k for k in self.keyset}
         self.keyset, changes = life.rotate(
-            self.keyset, now=self.now, propagation=PROPAGATION, retention=RETENTION
+            self.keyset, now=self.now, propagation=PROPAGATION, retention=RETENTION, every=0
         )
         for change in changes:
             if change.action in ("retire", "prune"):

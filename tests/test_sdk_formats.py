@@ -24,6 +24,11 @@ from .conftest import shared_vector
 from .test_cli import run
 from .test_contract import mutations
 
+#: The captured tokens were minted with a TTL of years (to stay verifiable): a verifier must raise
+#: its ttl_cap to accept them, as the default cap refuses such lifetimes.
+CAPTURE = ms.Policy(ttl_cap=400_000_000)
+CAPTURE_ENV = {"MRTR_STATE_TTL_CAP": "400000000"}
+
 
 def captured() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(shared_vector("mcp-sdk", "captured-tokens.json").read_text())
@@ -55,9 +60,9 @@ def test_captured_python_sdk_tokens_give_their_expected_result() -> None:
         assert ms.inspect(entry["token"]).format == "mcp-py"
         if entry["ttl"] <= 2:
             with pytest.raises(ms.ExpiredToken):
-                ms.verify(keyset, entry["token"], **py_binding(entry))
+                ms.verify(keyset, entry["token"], policy=CAPTURE, **py_binding(entry))
             continue
-        claims = ms.verify(keyset, entry["token"], **py_binding(entry))
+        claims = ms.verify(keyset, entry["token"], policy=CAPTURE, **py_binding(entry))
         assert claims.state == entry["state"], entry["name"]
         assert claims.to_dict()["m"] == "tools/call"
 
@@ -81,7 +86,7 @@ def test_captured_python_sdk_token_with_any_binding_changed_is_refused(
     entry = captured()["python_sdk"][0]
     keyset = sdk_keyset(entry["secrets"], "mcp-py-v1")
     with pytest.raises(error):
-        ms.verify(keyset, entry["token"], **{**py_binding(entry), **change})
+        ms.verify(keyset, entry["token"], policy=CAPTURE, **{**py_binding(entry), **change})
 
 
 def test_captured_python_sdk_token_with_any_character_changed_is_refused() -> None:
@@ -89,14 +94,14 @@ def test_captured_python_sdk_token_with_any_character_changed_is_refused() -> No
     keyset = sdk_keyset(entry["secrets"], "mcp-py-v1")
     for mutated in mutations(entry["token"]):
         with pytest.raises(ms.InvalidToken):
-            ms.verify(keyset, mutated, **py_binding(entry))
+            ms.verify(keyset, mutated, policy=CAPTURE, **py_binding(entry))
 
 
 def test_a_ring_key_that_did_not_seal_is_refused_when_it_is_the_only_one() -> None:
     entry = next(e for e in captured()["python_sdk"] if e["name"] == "py-c")
     only_old = sdk_keyset([entry["secrets"][1]], "mcp-py-v1")
     with pytest.raises(ms.UnknownKey):
-        ms.verify(only_old, entry["token"], **py_binding(entry))
+        ms.verify(only_old, entry["token"], policy=CAPTURE, **py_binding(entry))
 
 
 def _open_like_the_sdk(secret: bytes, token: str) -> dict[str, Any]:
@@ -147,8 +152,10 @@ def test_our_mcp_py_tokens_follow_the_sdk_recipe_and_bind_like_it() -> None:
         ms.mint(keyset, {"not": "a string"}, format="mcp-py", **request)
     with pytest.raises(ValueError, match="bind a request"):
         ms.mint(keyset, "x", format="mcp-py")
-    sealed = ms.seal(keyset, b"raw codec bytes", format="mcp-py")
-    assert ms.unseal(keyset, sealed) == b"raw codec bytes"
+    with pytest.raises(ValueError, match="SDK's requestStates, not sealed payloads"):
+        ms.seal(keyset, b"raw codec bytes", format="mcp-py")  # it would pass for a requestState
+    with pytest.raises(ms.WrongFormat, match="not sealed payloads; verify"):
+        ms.unseal(keyset, token)
 
 
 def test_sdk_numbers_must_be_real_numbers() -> None:
@@ -177,23 +184,26 @@ def test_captured_typescript_sdk_tokens_give_their_expected_result() -> None:
         bind = entry["bind"]
         if entry["ttlSeconds"] <= 2:
             with pytest.raises(ms.ExpiredToken):
-                ms.verify(keyset, entry["token"], bind=bind)
+                ms.verify(keyset, entry["token"], policy=CAPTURE, bind=bind)
             continue
-        assert ms.verify(keyset, entry["token"], bind=bind).state == entry["verified_payload"]
+        assert (
+            ms.verify(keyset, entry["token"], policy=CAPTURE, bind=bind).state
+            == entry["verified_payload"]
+        )
         if bind is not None:
             with pytest.raises(ms.RequestMismatch, match="bind"):
-                ms.verify(keyset, entry["token"], bind=bind + "x")
+                ms.verify(keyset, entry["token"], policy=CAPTURE, bind=bind + "x")
             with pytest.raises(ms.RequestMismatch, match="bind"):
-                ms.verify(keyset, entry["token"])
+                ms.verify(keyset, entry["token"], policy=CAPTURE)
         else:
             with pytest.raises(ms.RequestMismatch, match="bind"):
-                ms.verify(keyset, entry["token"], bind="tools/call")
+                ms.verify(keyset, entry["token"], policy=CAPTURE, bind="tools/call")
         for mutated in mutations(entry["token"]):
             with pytest.raises(ms.InvalidToken):
-                ms.verify(keyset, mutated, bind=bind)
+                ms.verify(keyset, mutated, policy=CAPTURE, bind=bind)
         wrong_key = sdk_keyset(["z" * 40], "mcp-ts-v1")
         with pytest.raises(ms.BadSignature):
-            ms.verify(wrong_key, entry["token"], bind=bind)
+            ms.verify(wrong_key, entry["token"], policy=CAPTURE, bind=bind)
 
 
 def test_our_mcp_ts_tokens_follow_the_sdk_recipe() -> None:
@@ -253,19 +263,28 @@ def test_captured_tokens_through_the_cli(tmp_path: Path) -> None:
             entry["audience"],
         ]
         if entry["ttl"] <= 2:
-            run("--keyset", str(path), "verify", *flags, entry["token"], code=3)
+            run("--keyset", str(path), "verify", *flags, entry["token"], code=3, env=CAPTURE_ENV)
             continue
-        out = run("--keyset", str(path), "verify", *flags, entry["token"])
+        over_cap = run("--keyset", str(path), "verify", *flags, entry["token"], code=1)
+        assert "exceeds this verifier's ttl_cap of 3600 s" in over_cap.stderr
+        out = run("--keyset", str(path), "verify", *flags, entry["token"], env=CAPTURE_ENV)
         assert out.stdout == json.dumps(entry["state"]) + "\n"
-        run("--keyset", str(path), "verify", *flags[:-1], "elsewhere", entry["token"], code=4)
-        view = json.loads(run("--keyset", str(path), "inspect", "--json", entry["token"]).stdout)
+        run(
+            *("--keyset", str(path), "verify", *flags[:-1], "elsewhere", entry["token"]),
+            code=4,
+            env=CAPTURE_ENV,
+        )
+        inspected = run("--keyset", str(path), "inspect", "--json", entry["token"], env=CAPTURE_ENV)
+        view = json.loads(inspected.stdout)
         assert view["format"] == "mcp-py" and view["verified"] is True
         assert view["claims"]["s"] == entry["state"]
     for entry in data["typescript_sdk"]:
         bind = ["--bind", entry["bind"]] if entry["bind"] else []
         expected_code = 3 if entry["ttlSeconds"] <= 2 else 0
         out = run(
-            "--keyset", str(path), "verify", "--json", *bind, entry["token"], code=expected_code
+            *("--keyset", str(path), "verify", "--json", *bind, entry["token"]),
+            code=expected_code,
+            env=CAPTURE_ENV,
         )
         if expected_code == 0:
             assert json.loads(out.stdout)["claims"]["p"] == entry["verified_payload"]

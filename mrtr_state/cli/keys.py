@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -36,21 +37,44 @@ def _now() -> int:
     return int(time.time())
 
 
-def _report(changes: list[life.Change], *, path: str, dry_run: bool, as_json: bool) -> None:
+_RUN_TIME_KID = "(chosen at run time)"
+
+
+def _report(
+    changes: list[life.Change],
+    *,
+    path: str,
+    dry_run: bool,
+    as_json: bool,
+    due: list[dict[str, Any]] | None = None,
+) -> None:
+    # A dry run cannot know the id a real run will draw for a new key: it says so.
+    added = {c.kid for c in changes if c.action == "add"} if dry_run else set()
     if as_json:
-        emit_json(
-            {
-                "keyset": path,
-                "dry_run": dry_run,
-                "changes": [change.to_dict() for change in changes],
-            }
-        )
+        listed = []
+        for change in changes:
+            item = change.to_dict()
+            if change.kid in added:
+                item["kid"], item["kid_chosen_at_run_time"] = None, True
+            listed.append(item)
+        report: dict[str, Any] = {"keyset": path, "dry_run": dry_run, "changes": listed}
+        if due is not None:
+            report["next_due"] = [d for d in due if d["kid"] not in added]
+        emit_json(report)
         return
     verb = "would " if dry_run else ""
     if not changes:
         click.echo(f"nothing to do in {path}")
     for change in changes:
-        click.echo(f"{verb}{change.action} {change.kid} ({change.alg}): {change.detail}")
+        kid = _RUN_TIME_KID if change.kid in added else change.kid
+        detail = change.detail.replace(change.kid, kid)
+        click.echo(f"{verb}{change.action} {kid} ({change.alg}): {detail}")
+    if due:
+        first = next((d for d in due if d["kid"] not in added), None)
+        if first is not None:
+            click.echo(
+                f"next: {first['action']} ({first['kid']}, {first['alg']}) from {first['at_utc']}"
+            )
 
 
 def _step(
@@ -59,6 +83,7 @@ def _step(
     *,
     dry_run: bool,
     as_json: bool,
+    due: Callable[[Keyset], list[dict[str, Any]]] | None = None,
 ) -> None:
     """Apply one lifecycle step under the keyset lock (or only report it) and print the changes."""
     changes: list[life.Change] = []
@@ -69,10 +94,11 @@ def _step(
         return changed
 
     if dry_run:
-        change(Keyset.load(path))
+        after = change(Keyset.load(path, reload_interval=None))
     else:
-        Keyset.update(path, change)
-    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json)
+        after = Keyset.update(path, change)
+    upcoming = None if due is None else due(after)
+    _report(changes, path=str(path), dry_run=dry_run, as_json=as_json, due=upcoming)
 
 
 @click.group(cls=ErrorMappingGroup)
@@ -471,10 +497,27 @@ def keys_list(app: App, as_json: bool) -> None:
         )
 
     if as_json:
+        due = {
+            item["kid"]: item
+            for item in life.due_list(
+                keyset,
+                propagation=settings.propagation,
+                retention=settings.retention,
+                every=settings.rotate_every,
+            )
+        }
+
+        def next_step(key: Key) -> dict[str, Any] | None:
+            found = due.get(key.kid)
+            return None if found is None else {k: found[k] for k in ("action", "at", "at_utc")}
+
         emit_json(
             {
                 "keyset": settings.keyset_source,
-                "keys": [{**key.describe(), "timeline": line(key)} for key in keyset],
+                "keys": [
+                    {**key.describe(), "timeline": line(key), "next_due": next_step(key)}
+                    for key in keyset
+                ],
             }
         )
         return
@@ -497,6 +540,10 @@ def keys_list(app: App, as_json: bool) -> None:
     "How long keys stay verifiable after they stop minting, and retired keys "
     "are kept [config; default ttl_cap + 60s].",
 )
+@duration_option(
+    "--every",
+    "How long a primary mints before it is replaced [config 'rotate_every'; default 30d].",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @json_option
 @pass_app
@@ -505,6 +552,7 @@ def rotate(
     algs: tuple[str, ...],
     propagation: int | None,
     retention: int | None,
+    every: int | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -512,18 +560,27 @@ def rotate(
 
     For each algorithm: prune retired keys past retention, retire active keys past retention
     (their tokens have all expired), then promote the pending key once it is older than the
-    propagation delay, or add a pending key if there is none. Running it twice in a row is
-    always safe. Exit 0 when done (or nothing to do), 6 on a keyset problem.
+    propagation delay, or add a pending key once the primary is due for replacement (every 30
+    days by default, less the propagation delay). Run it as often as you like (every 15 minutes
+    is fine): it moves no faster than --every. --json includes next_due, when each next step
+    falls due. Exit 0 when done (or nothing to do), 6 on a keyset problem.
 
     \b
     Examples:
       mrtr-state rotate --dry-run
+      mrtr-state rotate --every 7d --json | jq .next_due
       */15 * * * *  mrtr-state --keyset /etc/mcp/keyset.json rotate --json >> /var/log/rotate.log
     """
     settings = app.settings()
     path = app.writable_path(settings)
     wait = settings.propagation if propagation is None else propagation
     keep = settings.retention if retention is None else retention
+    period = settings.rotate_every if every is None else every
+    if period < wait:
+        raise click.UsageError(
+            f"--every {format_duration(period)} is shorter than the propagation delay "
+            f"{format_duration(wait)}: a new key could be promoted before replicas have it"
+        )
     if keep < settings.policy.ttl_cap:
         raise KeysetError(
             f"retention {format_duration(keep)} is shorter than the ttl cap "
@@ -533,8 +590,9 @@ def rotate(
     _step(
         path,
         lambda current: life.rotate(
-            current, algs=algs or None, now=_now(), propagation=wait, retention=keep
+            current, algs=algs or None, now=_now(), propagation=wait, retention=keep, every=period
         ),
         dry_run=dry_run,
         as_json=as_json,
+        due=lambda keyset: life.due_list(keyset, propagation=wait, retention=keep, every=period),
     )
