@@ -26,6 +26,8 @@ codec = KeysetCodec(KEYSET, format="aead", once=open_store("memory:"))
 server = MCPServer(
     "github-helper",
     request_state_security=RequestStateSecurity(codec=codec, ttl=120, bind_principal=None),
+    # redeems each state once the SDK has accepted its round (see KeysetCodec)
+    middleware=[codec.replay_guard()],
 )
 
 

@@ -243,7 +243,7 @@ def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
     """
     folder = path.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check_folder(folder)
+    check_folder(folder)
     _remove_stale_temporaries(path)
     if not overwrite and path.exists():
         raise KeysetExists(f"a keyset already exists at {path}; pass --force to replace it")
@@ -279,7 +279,7 @@ def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:
         raise KeysetError(f"cannot write keyset {path}: {err.strerror}") from None
 
 
-def _check_folder(folder: Path) -> None:
+def check_folder(folder: Path) -> None:
     """Refuse a folder others may write in: they could swap the keyset between our checks."""
     info = folder.stat()
     if stat.S_IMODE(info.st_mode) & 0o022 and not info.st_mode & stat.S_ISVTX:

@@ -18,6 +18,8 @@ The spec's server rules these helpers enforce (MCP 2026-07-28, multi round-trip 
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -36,6 +38,7 @@ __all__ = [
     "INPUT_REQUIRED_METHODS",
     "CapabilityMissing",
     "KeysetCodec",
+    "ReplayGuard",
     "check_capabilities",
     "input_required_result",
     "open_retry",
@@ -47,6 +50,7 @@ __all__ = [
 INPUT_REQUIRED_METHODS = ("tools/call", "prompts/get", "resources/read")
 CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 INVALID_PARAMS = -32602
+_log = logging.getLogger("mrtr_state")
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 _KIND_OF_METHOD = {
     "elicitation/create": "elicitation",
@@ -208,14 +212,16 @@ def open_retry(
     return claims.state
 
 
+_WIRE_ERROR: dict[str, Any] = {
+    "message": "Invalid or expired requestState",
+    "data": {"reason": "invalid_request_state"},
+}
+
+
 def wire_error(err: InvalidToken | None = None) -> dict[str, Any]:
     """The one JSON-RPC error every refused requestState gets; log ``err`` itself instead."""
     del err  # the reason is for the server log, never for the client
-    return {
-        "code": INVALID_PARAMS,
-        "message": "Invalid or expired requestState",
-        "data": {"reason": "invalid_request_state"},
-    }
+    return {"code": INVALID_PARAMS, **_WIRE_ERROR, "data": dict(_WIRE_ERROR["data"])}
 
 
 class KeysetCodec:
@@ -226,8 +232,13 @@ class KeysetCodec:
     ids, staged rotation and formats. Given a path (or a keyset from :meth:`Keyset.load`), the
     keyset follows its file, so a key rolled out, promoted or revoked (``mrtr-state keys ...``,
     a Kubernetes Secret update) takes effect on a running server within a second, without a
-    restart, and in-flight tokens of the previous primary still open. With ``once``, each token
-    opens at most once until its envelope expires.
+    restart, and in-flight tokens of the previous primary still open.
+
+    With ``once``, each token is accepted at most once until its envelope expires. A token is
+    redeemed only after the SDK has checked every binding, by the middleware
+    :meth:`replay_guard` returns (``MCPServer(..., middleware=[codec.replay_guard()])``): were it
+    redeemed in :meth:`unseal`, another principal's refused attempt would burn the rightful
+    retry. Without that middleware every retry is refused (fail closed).
     """
 
     def __init__(
@@ -246,6 +257,12 @@ class KeysetCodec:
         self._once = once
         self._policy = policy
         self._keyset = keyset if isinstance(keyset, Keyset) else Keyset.load(keyset)
+        self._guarded = False
+        # (store key, expiry, inner state) of the token this request's unseal opened; the guard
+        # middleware runs in the same task once the SDK has accepted the round.
+        self._opened: contextvars.ContextVar[tuple[str, float, Any] | None] = (
+            contextvars.ContextVar(f"mrtr_state_opened_{id(self)}", default=None)
+        )
 
     @property
     def keyset(self) -> Keyset:
@@ -256,19 +273,68 @@ class KeysetCodec:
         return seal_envelope(self.keyset, payload, format=self._format, policy=self._policy)
 
     def unseal(self, token: str) -> bytes:
+        from mcp.server.request_state import InvalidRequestState
+
+        if self._once is not None and not self._guarded:
+            _log.warning("requestState refused: once= needs middleware=[codec.replay_guard()]")
+            raise InvalidRequestState("replay guard not installed")
         try:
             _fmt, payload = open_envelope(
                 self.keyset, token, format=self._format, policy=self._policy
             )
-            if self._once is not None:
-                expires = _envelope_expiry(payload)
-                if not self._once.redeem(token_key(None, token), expires, now=time.time()):
-                    raise InvalidToken("replayed")
         except InvalidToken as err:
-            from mcp.server.request_state import InvalidRequestState
-
             raise InvalidRequestState(err.code) from None
+        if self._once is not None:
+            self._opened.set((token_key(None, token), _envelope_expiry(payload), _inner(payload)))
         return payload
+
+    def replay_guard(self) -> ReplayGuard:
+        """The SDK middleware that redeems a token once the SDK accepted its round (see above)."""
+        if self._once is None:
+            raise ValueError("replay_guard() is for a codec made with once=")
+        self._guarded = True
+        return ReplayGuard(self._once, self._opened)
+
+
+class ReplayGuard:
+    """SDK server middleware: redeem the opened requestState, after every SDK check passed.
+
+    It runs inside the SDK's request-state boundary, so it is reached only by rounds whose state
+    the boundary accepted; a second presentation of the same token is refused with the SDK's own
+    uniform error and logged as ``replayed``.
+    """
+
+    def __init__(
+        self,
+        store: ReplayStore,
+        opened: contextvars.ContextVar[tuple[str, float, Any] | None],
+    ) -> None:
+        self._store = store
+        self._opened = opened
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        pending = self._opened.get()
+        if pending is not None:
+            self._opened.set(None)
+            key, expires, inner = pending
+            params = getattr(ctx, "params", None) or {}
+            accepted = params.get("requestState") == inner  # the round the boundary accepted
+            if accepted and not self._store.redeem(key, expires, now=time.time()):
+                from mcp.shared.exceptions import MCPError
+
+                _log.warning("requestState rejected on %s: replayed", ctx.method)
+                raise MCPError(code=INVALID_PARAMS, **_WIRE_ERROR)
+        return await call_next(ctx)
+
+
+def _inner(payload: bytes) -> Any:
+    """The server's own state inside an SDK envelope (what the boundary hands on)."""
+    import json
+
+    try:
+        return json.loads(payload).get("s")
+    except (ValueError, AttributeError):
+        return None
 
 
 def _envelope_expiry(payload: bytes) -> float:

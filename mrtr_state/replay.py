@@ -23,19 +23,34 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import errors as ms_errors
 from .errors import ReplayStoreError
 
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["MemoryStore", "RedisStore", "ReplayStore", "SqliteStore", "open_store", "token_key"]
+__all__ = [
+    "CLOCK_MARGIN",
+    "MemoryStore",
+    "RedisStore",
+    "ReplayStore",
+    "SqliteStore",
+    "open_store",
+    "token_key",
+]
 
 _PURGE_EVERY = 256
+#: How long past a token's ``exp`` its entry is kept. Replicas' clocks differ (a verifier accepts
+#: an ``iat`` up to 60 s ahead), so a replica whose clock is behind the redeeming one still takes
+#: the token as unexpired for that long: forgetting the entry at ``exp`` exactly would let that
+#: replica accept it a second time.
+CLOCK_MARGIN = 120.0
 
 
 class ReplayStore(Protocol):
@@ -64,11 +79,13 @@ class MemoryStore:
         self._writes = 0
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        if not now < expires_at:
+            return False  # expired here: never recorded, never accepted
         with self._lock:
             seen = self._entries.get(key)
             if seen is not None and now < seen:
                 return False
-            self._entries[key] = expires_at
+            self._entries[key] = expires_at + CLOCK_MARGIN
             self._writes += 1
             if self._writes % _PURGE_EVERY == 0:
                 self._entries = {k: exp for k, exp in self._entries.items() if now < exp}
@@ -89,6 +106,7 @@ class SqliteStore:
 
         self._sqlite = sqlite3
         self.path = Path(path)
+        _prepare_private_file(self.path)
         self._local = threading.local()
         self._writes = 0
         with self._errors("open"):
@@ -114,6 +132,9 @@ class SqliteStore:
         return connection
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        if not now < expires_at:
+            return False  # expired here: never recorded, never accepted
+        keep_until = expires_at + CLOCK_MARGIN
         with self._errors("record a redemption"):
             db = self._connection()
             db.execute("BEGIN IMMEDIATE")
@@ -122,7 +143,7 @@ class SqliteStore:
                 db.execute("DELETE FROM redeemed WHERE key = ? AND expires_at <= ?", (key, now))
                 try:
                     db.execute(
-                        "INSERT INTO redeemed (key, expires_at) VALUES (?, ?)", (key, expires_at)
+                        "INSERT INTO redeemed (key, expires_at) VALUES (?, ?)", (key, keep_until)
                     )
                 except self._sqlite.IntegrityError:
                     db.execute("ROLLBACK")
@@ -170,11 +191,11 @@ class RedisStore:
         self._redis_error: type[Exception] = redis.RedisError
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
-        remaining_ms = int((expires_at - now) * 1000)
-        if remaining_ms <= 0:
-            return True  # already expired: nothing left to protect (verify refused it anyway)
+        if not now < expires_at:
+            return False  # expired on this replica's clock: refused, not waved through
+        keep_ms = int((expires_at - now + CLOCK_MARGIN) * 1000)
         try:
-            stored = self._client.set(self.PREFIX + key, b"1", nx=True, px=remaining_ms)
+            stored = self._client.set(self.PREFIX + key, b"1", nx=True, px=keep_ms)
         except self._redis_error as err:
             raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
         return bool(stored)
@@ -187,6 +208,35 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _prepare_private_file(path: Path) -> None:
+    """Create the database 0600 if it is new, and refuse one that others own or may write.
+
+    The redeemed set decides whether a token is accepted a second time: a store another user can
+    write (or replace, through its folder) could be emptied to replay tokens. The rules are the
+    keyset file's (owner and mode, and a folder only its owner may write in).
+    """
+    from . import keyfile
+
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        keyfile.check_folder(folder)
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as err:
+        raise ReplayStoreError(f"replay store {path}: cannot open: {err.strerror}") from None
+    except ms_errors.KeysetPermissions as err:
+        raise ReplayStoreError(f"replay store {path}: {err}") from None
+    try:
+        info = os.fstat(handle)
+    finally:
+        os.close(handle)
+    problem = keyfile.permission_problem(info.st_mode, info.st_uid, os.geteuid())
+    if problem is not None:
+        raise ReplayStoreError(
+            f"replay store {path} {problem.replace('a keyset', 'a replay store')}; fix with: "
+            f"chmod 600 {path}"
+        )
 
 
 def open_store(url: str) -> ReplayStore:

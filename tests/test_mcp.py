@@ -164,8 +164,10 @@ from mcp_types import (  # noqa: E402
 SECRET = "live-" + "s" * 59
 
 
-def elicitation_server(security: RequestStateSecurity, seen: list[str]) -> MCPServer:
-    server = MCPServer("fleet", request_state_security=security)
+def elicitation_server(
+    security: RequestStateSecurity, seen: list[str], middleware: list[Any] | None = None
+) -> MCPServer:
+    server = MCPServer("fleet", request_state_security=security, middleware=middleware)
 
     @server.tool()
     async def deploy(env: str, ctx: Context) -> str | InputRequiredResult:
@@ -296,7 +298,9 @@ def test_our_codec_completes_round_trips_across_rotation_and_refuses_retired_key
     ms.Keyset.generate(("A256GCM",)).save(path)
     codec = KeysetCodec(path, format="aead", once=MemoryStore())
     seen: list[str] = []
-    server = elicitation_server(RequestStateSecurity(codec=codec, bind_principal=None), seen)
+    server = elicitation_server(
+        RequestStateSecurity(codec=codec, bind_principal=None), seen, [codec.replay_guard()]
+    )
 
     async def round_trip(between: Any = None) -> Any:
         async with Client(server, elicitation_callback=_accept) as client:
@@ -369,3 +373,53 @@ def test_our_codec_completes_round_trips_across_rotation_and_refuses_retired_key
                 )
 
     anyio.run(retired_round)
+
+
+def test_a_refused_attempt_does_not_burn_the_rightful_retry(tmp_path: Path) -> None:
+    """Issue 16.2: redeeming inside unseal let a mismatched attempt consume the token first."""
+    path = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(path)
+    codec = KeysetCodec(path, format="aead", once=MemoryStore())
+    seen: list[str] = []
+    server = elicitation_server(
+        RequestStateSecurity(codec=codec, bind_principal=None), seen, [codec.replay_guard()]
+    )
+    answers: InputResponses = {"confirm": ElicitResult(action="accept", content={"ok": True})}
+
+    async def rounds() -> None:
+        async with Client(server, elicitation_callback=_accept) as client:
+            first = await client.session.call_tool(
+                "deploy", {"env": "prod"}, allow_input_required=True
+            )
+            assert isinstance(first, InputRequiredResult) and first.request_state is not None
+            state = first.request_state
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await client.session.call_tool(  # another request's arguments: refused
+                    "deploy", {"env": "staging"}, request_state=state, input_responses=answers
+                )
+            done = await client.session.call_tool(  # the rightful retry still passes
+                "deploy", {"env": "prod"}, request_state=state, input_responses=answers
+            )
+            assert "deployed prod" in json.dumps(done.model_dump(mode="json"))
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await client.session.call_tool(  # and only once
+                    "deploy", {"env": "prod"}, request_state=state, input_responses=answers
+                )
+
+    anyio.run(rounds)
+    assert seen == ["awaiting-confirm"]
+
+
+def test_a_single_use_codec_without_its_guard_refuses_rather_than_protect_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(path)
+    codec = KeysetCodec(path, format="aead", once=MemoryStore())
+    token = codec.seal(b'{"v":1}')
+    from mcp.server.request_state import InvalidRequestState
+
+    with pytest.raises(InvalidRequestState, match="replay guard not installed"):
+        codec.unseal(token)
+    with pytest.raises(ValueError, match="once="):
+        KeysetCodec(path).replay_guard()

@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.replay import MemoryStore, RedisStore, SqliteStore, open_store, token_key
+from mrtr_state import replay
+from mrtr_state.replay import (
+    CLOCK_MARGIN,
+    MemoryStore,
+    RedisStore,
+    ReplayStore,
+    SqliteStore,
+    open_store,
+    token_key,
+)
 
 from .conftest import NOW
 from .test_cli import run
@@ -73,12 +82,14 @@ def test_unknown_store_urls_are_refused(url: str) -> None:
 # --- SQLite --------------------------------------------------------------------------------
 
 
-def test_sqlite_entries_expire_with_their_token(tmp_path: Path) -> None:
+def test_sqlite_entries_outlive_their_token_by_the_clock_margin(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "replay.db")
     assert store.redeem("jti:a", NOW + 60, now=NOW)
     assert not store.redeem("jti:a", NOW + 60, now=NOW + 59)
-    assert store.redeem("jti:a", NOW + 200, now=NOW + 60)  # the old entry lapsed at its exp
-    store.purge(now=NOW + 200)
+    # a replica whose clock runs 30 s behind still sees the token as live: still refused
+    assert not store.redeem("jti:a", NOW + 200, now=NOW + 60 + 30)
+    assert store.redeem("jti:a", NOW + 400, now=NOW + 60 + CLOCK_MARGIN)  # lapsed after it
+    store.purge(now=NOW + 400 + CLOCK_MARGIN)
     assert store.count() == 0
     assert isinstance(open_store(f"sqlite:///{tmp_path}/other.db"), SqliteStore)
 
@@ -176,14 +187,63 @@ def test_redis_redeems_once(keyset: ms.Keyset, redis_url: str) -> None:
         ms.verify(keyset, token, once=store)
 
 
-def test_redis_entries_expire_with_their_token(redis_url: str) -> None:
-    store = RedisStore(redis_url)
+def test_redis_entries_outlive_their_token_for_a_replica_behind(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16.3: an entry kept only until exp let a replica 30 s behind accept a token again."""
+    store, behind = RedisStore(redis_url), RedisStore(redis_url)
     now = time.time()
     key = f"jti:short-{now}"
     assert store.redeem(key, now + 0.3, now=now)
-    assert not store.redeem(key, now + 0.3, now=now)
-    time.sleep(0.5)
-    assert store.redeem(key, time.time() + 60, now=time.time())
+    time.sleep(0.5)  # past exp on the redeeming replica's clock
+    assert not behind.redeem(key, now + 0.3, now=time.time() - 30)  # 30 s behind: still refused
+    monkeypatch.setattr(replay, "CLOCK_MARGIN", 0.2)
+    fresh = f"jti:margin-{now}"
+    assert store.redeem(fresh, time.time() + 0.1, now=time.time())
+    time.sleep(0.5)  # exp + the (shortened) margin have passed: the entry is gone
+    assert store.redeem(fresh, time.time() + 60, now=time.time())
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite", "redis"])
+def test_a_token_with_no_time_left_is_refused_not_waved_through(
+    store_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 16.3: at 0 ms left the Redis store returned True without recording anything."""
+    if store_kind == "redis":
+        store: ReplayStore = RedisStore(request.getfixturevalue("redis_url"))
+    elif store_kind == "sqlite":
+        store = SqliteStore(tmp_path / "replay.db")
+    else:
+        store = MemoryStore()
+    key = f"jti:zero-{time.time()}"
+    assert not store.redeem(key, NOW, now=NOW)
+    assert not store.redeem(key, NOW, now=NOW + 1)
+
+
+def test_the_sqlite_store_is_private_and_refuses_a_loose_or_foreign_file(
+    tmp_path: Path, open_dir: Path
+) -> None:
+    """Issue 16.8: the store was created 0644 and took a foreign-owned 0666 database."""
+    import os
+    import stat
+
+    path = tmp_path / "replay.db"
+    SqliteStore(path).redeem("jti:x", NOW + 60, now=NOW)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o666)
+    with pytest.raises(ms.ReplayStoreError, match=r"mode 0666.*chmod 600"):
+        SqliteStore(path)
+    shared = open_dir / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ms.ReplayStoreError, match="writable by group or others"):
+        SqliteStore(shared / "replay.db")
+    if os.geteuid() == 0:
+        foreign = open_dir / "foreign.db"
+        foreign.touch(mode=0o600)
+        os.chown(foreign, 4242, 4242)
+        with pytest.raises(ms.ReplayStoreError, match="belongs to uid 4242"):
+            SqliteStore(foreign)
 
 
 def test_sixteen_connections_racing_on_redis_redeem_exactly_once(redis_url: str) -> None:
