@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .claims import request_id as fingerprint
-from .errors import InvalidToken, MalformedToken, MrtrStateError
+from .errors import InvalidToken, MalformedToken, MrtrStateError, RequestMismatch
 from .formats import get_format
 from .keyset import Keyset
 from .policy import DEFAULT_POLICY, Policy
@@ -92,10 +92,19 @@ def request_target(method: str, params: Mapping[str, Any] | None) -> tuple[str, 
     name and the arguments (``{}`` when absent). An allow-list per method: a new wire field
     never joins the identity by accident.
     """
-    given: Mapping[str, Any] = params or {}
+    given: Mapping[str, Any] = params if isinstance(params, Mapping) else {}
     if method == "resources/read":
         return str(given.get("uri", "")), {}
     return str(given.get("name", "")), given.get("arguments") or {}
+
+
+def _retry_target(method: str, params: Any) -> tuple[str, Any]:
+    """The retry's (target, arguments); a retry that names none cannot match any state."""
+    target, arguments = request_target(method, params)
+    if not target:
+        what = "uri" if method == "resources/read" else "name"
+        raise RequestMismatch(f"request mismatch: the retry carries no {what}")
+    return target, arguments
 
 
 def request_fingerprint(method: str, params: Mapping[str, Any] | None) -> str:
@@ -107,8 +116,15 @@ def request_fingerprint(method: str, params: Mapping[str, Any] | None) -> str:
 def check_capabilities(
     params_meta: Mapping[str, Any] | None, input_requests: Mapping[str, Any]
 ) -> None:
-    """Refuse input requests of a kind the client did not declare (raises CapabilityMissing)."""
-    declared = (params_meta or {}).get(CAPABILITIES_META_KEY) or {}
+    """Refuse input requests of a kind the client did not declare (raises CapabilityMissing).
+
+    ``params_meta`` is the client's: any shape it has is answered with CapabilityMissing (or
+    accepted), never with a Python error.
+    """
+    meta = params_meta if isinstance(params_meta, Mapping) else {}
+    declared = meta.get(CAPABILITIES_META_KEY)
+    if not isinstance(declared, Mapping):
+        declared = {}
     missing: dict[str, Any] = {}
     for key, request in input_requests.items():
         if not isinstance(key, str) or not key:
@@ -121,6 +137,8 @@ def check_capabilities(
         if kind == "elicitation":
             params = request.get("params") or {}
             mode = params.get("mode", "form") if isinstance(params, Mapping) else "form"
+            if not isinstance(mode, str):
+                mode = repr(mode)  # not a mode any client can declare: reported as missing
             modes = capability if isinstance(capability, Mapping) else None
             # An empty elicitation object declares form mode only (the spec's default).
             has_mode = modes is not None and (mode in modes or (mode == "form" and not modes))
@@ -192,10 +210,10 @@ def open_retry(
     from the token. Raises an :class:`InvalidToken` subclass; answer it with :func:`wire_error`.
     """
     _require_method(method)
-    token = (params or {}).get("requestState")
+    token = params.get("requestState") if isinstance(params, Mapping) else None
     if not isinstance(token, str):
         raise MalformedToken("the retry carries no requestState string")
-    target, arguments = request_target(method, params)
+    target, arguments = _retry_target(method, params)
     claims = verify(
         keyset,
         token,

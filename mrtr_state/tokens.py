@@ -152,6 +152,11 @@ def _seal_claims(
     fmt = get_format(format)
     key = keyset.primary(fmt.alg)
     if format in _SDK_FORMATS:
+        if request_id is not None:
+            raise ValueError(
+                f"{format} tokens cannot carry a request id: bind "
+                + ("method, target and arguments" if format == "mcp-py" else "a bind value")
+            )
         return _seal_sdk(fmt, key, state, principal, audience, ttl, now, policy, request)
     if request is not None:
         request_id = _own_request_id(request_id, request)
@@ -197,6 +202,9 @@ def _request(
 ) -> _Request | None:
     if method is None and target is None and arguments is None and bind is None:
         return None
+    if method is None and (target is not None or arguments is not None):
+        # a binding stated but not carried would mint (or accept) an unbound token
+        raise ValueError("target and arguments bind a request only together with its method")
     return _Request(method, target, arguments, bind)
 
 
@@ -230,6 +238,8 @@ def _seal_sdk(
     lifetime = _check_ttl(ttl, policy)
     wanted = request or _Request()
     if fmt.name == "mcp-py":
+        if wanted.bind is not None:
+            raise ValueError("a bind value applies to mcp-ts tokens only")
         plaintext = sdk.mcp_py_envelope(
             state,
             now=moment,
@@ -241,7 +251,7 @@ def _seal_sdk(
             principal=principal,
         )
     else:
-        if principal is not None or audience is not None:
+        if principal is not None or audience is not None or wanted.method is not None:
             raise ValueError("mcp-ts tokens bind nothing but a bind value (--bind)")
         plaintext = sdk.mcp_ts_envelope(state, key=key, now=moment, ttl=lifetime, bind=wanted.bind)
     # The envelope goes back unparsed: only issue() reads it, mint() needs just the token.
@@ -251,7 +261,27 @@ def _seal_sdk(
 def _check_text(name: str, value: str) -> str:
     if type(value) is not str or not value:
         raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{name} holds a lone surrogate, which UTF-8 (and so a token) cannot carry"
+            ) from None
     return value
+
+
+def _check_stated(principal: Any, request_id: Any, audience: Any, bind: Any) -> None:
+    """Name the caller's mistake when a stated binding is not text (bytes, a lone surrogate):
+    called only after such a value made a comparison fail, so verify pays nothing for it."""
+    for name, value in (
+        ("principal", principal),
+        ("request_id", request_id),
+        ("audience", audience),
+        ("bind", bind),
+    ):
+        if value is not None:
+            _check_text(name, value)
 
 
 def issue(
@@ -364,47 +394,53 @@ def verify(
     it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
     so a token refused for any other reason is never recorded.
     """
+    if method is None and (target is not None or arguments is not None):
+        raise ValueError("target and arguments bind a request only together with its method")
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = time.time() if now is None else now
-    if fmt.name not in _SDK_FORMATS and plaintext[:1] == _SDK_ENVELOPE:
-        claims = _verify_sdk(
-            get_format("mcp-py"),
-            key,
-            plaintext[1:],
-            moment,
-            principal,
-            request_id,
-            audience,
-            method,
-            target,
-            arguments,
-            bind,
-            policy,
-        )
-    elif fmt.name not in _SDK_FORMATS:
-        if method is not None or bind is not None:
-            request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
-        claims = _claims_from(plaintext)
-        if principal is not None and claims.sub is not None and not fmt.confidential:
-            from ._principal import expected_tag  # readable formats only
+    try:
+        if fmt.name not in _SDK_FORMATS and plaintext[:1] == _SDK_ENVELOPE:
+            claims = _verify_sdk(
+                get_format("mcp-py"),
+                key,
+                plaintext[1:],
+                moment,
+                principal,
+                request_id,
+                audience,
+                method,
+                target,
+                arguments,
+                bind,
+                policy,
+            )
+        elif fmt.name not in _SDK_FORMATS:
+            if method is not None or bind is not None:
+                request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
+            claims = _claims_from(plaintext)
+            if principal is not None and claims.sub is not None and not fmt.confidential:
+                from ._principal import expected_tag  # readable formats only
 
-            principal = expected_tag(key, claims.sub, principal)
-        check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
-    else:
-        claims = _verify_sdk(
-            fmt,
-            key,
-            plaintext,
-            moment,
-            principal,
-            request_id,
-            audience,
-            method,
-            target,
-            arguments,
-            bind,
-            policy,
-        )
+                principal = expected_tag(key, claims.sub, principal)
+            check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
+        else:
+            claims = _verify_sdk(
+                fmt,
+                key,
+                plaintext,
+                moment,
+                principal,
+                request_id,
+                audience,
+                method,
+                target,
+                arguments,
+                bind,
+                policy,
+            )
+    except (TypeError, AttributeError, UnicodeError):
+        _check_stated(principal, request_id, audience, bind)
+        raise
     if once is not None:
         text = token if isinstance(token, str) else token.decode("ascii")
         from .replay import token_key

@@ -408,3 +408,98 @@ def test_attacks_through_the_cli(tmp_path: Path) -> None:
         "expected a jws token, got aead"
         in run("--keyset", str(path), "verify", "--format", "jws", aead, code=1).stderr
     )
+
+
+# --- issue 16.4: a binding a format cannot carry is refused, never dropped ------------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "binding"),
+    [
+        pytest.param("aead", {"target": "deploy"}, id="aead-target-without-method"),
+        pytest.param("jws", {"arguments": {"env": "prod"}}, id="jws-arguments-without-method"),
+        pytest.param("mcp-ts", {"request_id": "req-1"}, id="mcp-ts-request-id"),
+        pytest.param("mcp-ts", {"method": "tools/call", "target": "t"}, id="mcp-ts-method"),
+        pytest.param(
+            "mcp-py",
+            {"request_id": "req-1", "method": "tools/call", "target": "t"},
+            id="mcp-py-request-id-beside-method",
+        ),
+        pytest.param(
+            "mcp-py", {"method": "tools/call", "target": "t", "bind": "b"}, id="mcp-py-bind"
+        ),
+    ],
+)
+def test_a_binding_the_format_cannot_carry_is_refused_at_mint(
+    fmt: str, binding: dict[str, Any]
+) -> None:
+    keyset = ms.Keyset.generate((*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1"))
+    with pytest.raises(ValueError):  # noqa: PT011 - the messages differ per case
+        ms.mint(keyset, "s", format=fmt, **binding)
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [{"target": "deploy"}, {"arguments": {"env": "prod"}}],
+    ids=["target-without-method", "arguments-without-method"],
+)
+def test_a_verifier_stating_half_a_request_binding_is_refused(binding: dict[str, Any]) -> None:
+    keyset = ms.Keyset.generate()
+    token = ms.mint(keyset, "s")
+    with pytest.raises(ValueError, match="only together with its method"):
+        ms.verify(keyset, token, **binding)
+
+
+# --- issue 16.6: client data of any shape gets a library answer, never a Python error -------
+
+
+def test_a_retry_naming_no_target_is_a_request_mismatch() -> None:
+    from mrtr_state.mcp import input_required_result, open_retry
+
+    keyset = ms.Keyset.generate(("A256GCM",))
+    first = input_required_result(
+        keyset, method="tools/call", params={"name": "deploy", "arguments": {}}, state="s"
+    )
+    for params in ({"requestState": first["requestState"]}, {"name": "", "requestState": "x"}):
+        with pytest.raises(ms.RequestMismatch, match="carries no name"):
+            open_retry(keyset, method="tools/call", params=params)
+    with pytest.raises(ms.RequestMismatch, match="carries no uri"):
+        open_retry(keyset, method="resources/read", params={"requestState": "x"})
+    with pytest.raises(ms.MalformedToken):
+        open_retry(keyset, method="tools/call", params=["not", "an", "object"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        ["a", "list"],
+        "text",
+        {"io.modelcontextprotocol/clientCapabilities": ["elicitation"]},
+        {"io.modelcontextprotocol/clientCapabilities": {"elicitation": ["form"]}},
+        {"io.modelcontextprotocol/clientCapabilities": {"elicitation": None}},
+        {"io.modelcontextprotocol/clientCapabilities": 7},
+    ],
+    ids=["list", "text", "caps-list", "elicitation-list", "elicitation-null", "caps-number"],
+)
+def test_odd_capability_shapes_are_capability_missing_not_a_crash(meta: Any) -> None:
+    from mrtr_state.mcp import CapabilityMissing, check_capabilities
+
+    requests = {
+        "ask": {"method": "elicitation/create", "params": {"mode": ["form"]}},
+        "sample": {"method": "sampling/createMessage", "params": {}},
+    }
+    with pytest.raises(CapabilityMissing):
+        check_capabilities(meta, requests)
+
+
+@pytest.mark.parametrize("fmt", ["aead", "jws", "jwe"])
+@pytest.mark.parametrize(
+    "principal", [b"alice", "al\ud800ice", 7], ids=["bytes", "lone-surrogate", "number"]
+)
+def test_a_principal_that_is_not_text_is_a_value_error(fmt: str, principal: Any) -> None:
+    keyset = ms.Keyset.generate()
+    with pytest.raises(ValueError, match="principal"):
+        ms.mint(keyset, "s", principal=principal, format=fmt)
+    token = ms.mint(keyset, "s", principal="alice", format=fmt)
+    with pytest.raises(ValueError, match="principal"):
+        ms.verify(keyset, token, principal=principal)

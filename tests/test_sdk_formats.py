@@ -74,7 +74,7 @@ def test_captured_python_sdk_tokens_give_their_expected_result() -> None:
         ({"target": "destroy"}, ms.RequestMismatch),
         ({"arguments": {"env": "dev"}}, ms.RequestMismatch),
         ({"arguments": {}}, ms.RequestMismatch),
-        ({"method": None, "target": None}, ms.RequestMismatch),
+        ({"method": None, "target": None, "arguments": None}, ms.RequestMismatch),
         ({"audience": "other"}, ms.AudienceMismatch),
         ({"audience": None}, ms.AudienceMismatch),
         ({"principal": "alice"}, ms.PrincipalMismatch),

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import InvalidToken
 from ..keyset import Keyset
-from ..mcp import INPUT_REQUIRED_METHODS, request_target, wire_error
+from ..mcp import INPUT_REQUIRED_METHODS, _retry_target, request_target, wire_error
 from ..policy import DEFAULT_POLICY, Policy
 from ..replay import ReplayStore
 from ..tokens import issue, verify
@@ -163,7 +163,7 @@ class StateGuard:
                 from ..errors import MalformedToken
 
                 raise MalformedToken("requestState is not a string")
-            target, arguments = request_target(method, params)
+            target, arguments = _retry_target(method, params)
             claims = verify(
                 self.keyset,
                 token,
