@@ -5,29 +5,41 @@ Input is JSON Lines, one JSON-RPC message per line, bare or wrapped as
 ``input_required`` result with its retry (same method, target and arguments) and checks the
 client's rules and the server's, each failure a named :class:`Finding` with the lines involved.
 
-It streams: only requests awaiting their response and exchanges awaiting their retry are kept,
-so memory follows the number of open exchanges, not the length of the capture.
+It streams: only requests awaiting their response and exchanges awaiting their retry are kept
+(each exchange as line numbers and a digest of its state), and issued states are remembered as
+16-byte digests for at most the ttl cap of capture time, so memory follows the open exchanges,
+not the length of the capture. A capture is hostile input: lines are parsed with the strict
+JSON reader (nesting, duplicate members, NaN and huge numbers refused) and every shape of
+message gets a finding or passes, never a Python error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ._encoding import EncodingError, json_loads
 from .claims import arguments_digest
 from .errors import BindingMismatch, InvalidToken, TimeWindowError
 from .keyset import Keyset
-from .mcp import INPUT_REQUIRED_METHODS, CapabilityMissing, check_capabilities, request_target
+from .mcp import (
+    INPUT_REQUIRED_METHODS,
+    CapabilityMissing,
+    _retry_target,
+    check_capabilities,
+    request_target,
+)
 from .policy import DEFAULT_POLICY, Policy
 from .tokens import verify
 
 __all__ = ["FINDING_KINDS", "AuditReport", "Finding", "audit_capture"]
 
 FINDING_KINDS = {
-    "unparseable_line": "a line that is not a JSON-RPC message",
+    "unparseable_line": "a line that is not a JSON-RPC message (or not strict JSON)",
     "input_required_not_allowed": "InputRequiredResult on a method other than tools/call, "
     "prompts/get, resources/read",
     "empty_input_required": "InputRequiredResult with neither inputRequests nor requestState",
@@ -93,13 +105,23 @@ class _Request:
     ts: float | None
 
 
+#: How deeply a captured message may nest (tool arguments nest more than our claims).
+MAX_CAPTURE_DEPTH = 64
+#: Requests awaiting their response that are remembered; the oldest are forgotten past this.
+MAX_OUTSTANDING = 100_000
+
+
+def _digest(state: str) -> bytes:
+    return hashlib.sha256(state.encode("utf-8", "surrogatepass")).digest()[:16]
+
+
 @dataclass
 class _Exchange:
-    request: _Request
+    request_line: int
     request_id: Any
     result_line: int
     input_keys: frozenset[str]
-    state: str | None
+    state: bytes | None  # digest of the state the result sent
     ts: float | None
 
 
@@ -120,8 +142,8 @@ def _messages(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any] | None
         if not text:
             continue
         try:
-            document = json.loads(text)
-        except ValueError:
+            document = json_loads(text, max_depth=MAX_CAPTURE_DEPTH)
+        except EncodingError:
             yield number, None, None
             continue
         if isinstance(document, dict) and "msg" in document and isinstance(document["msg"], dict):
@@ -150,7 +172,9 @@ def audit_capture(
     report = AuditReport()
     requests: dict[str, _Request] = {}
     pending: dict[tuple[str, str, str], _Exchange] = {}
-    issued: dict[str, tuple[tuple[str, str, str], int]] = {}  # state -> (identity, result line)
+    # digest of an issued state -> (identity, result line, capture time)
+    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]] = {}
+    forget_after = policy.ttl_cap + policy.skew
 
     def find(kind: str, lines_involved: tuple[int, ...], message: str) -> None:
         report.findings.append(Finding(kind, lines_involved, message))
@@ -161,12 +185,16 @@ def audit_capture(
             find("unparseable_line", (number,), "not a JSON-RPC message")
             continue
         report.messages += 1
+        if ts is not None and issued and report.messages % 1024 == 0:
+            _forget_old(issued, ts - forget_after)
         method = message.get("method")
-        key = json.dumps(message.get("id"))
+        key = json.dumps(message.get("id"), sort_keys=True)
         if isinstance(method, str) and "id" in message:
             params = message.get("params") if isinstance(message.get("params"), dict) else {}
             request = _Request(number, method, params or {}, ts)
             requests[key] = request
+            if len(requests) > MAX_OUTSTANDING:
+                del requests[next(iter(requests))]
             if method in INPUT_REQUIRED_METHODS and (
                 "requestState" in request.params or "inputResponses" in request.params
             ):
@@ -199,6 +227,15 @@ def audit_capture(
     return report
 
 
+def _forget_old(
+    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]], before: float
+) -> None:
+    """Drop issued states no token of which can still be valid (older than the ttl cap)."""
+    stale = [digest for digest, (_i, _l, at) in issued.items() if at is not None and at < before]
+    for digest in stale:
+        del issued[digest]
+
+
 def _check_input_required(
     request: _Request,
     request_id: Any,
@@ -206,7 +243,7 @@ def _check_input_required(
     result: dict[str, Any],
     ts: float | None,
     pending: dict[tuple[str, str, str], _Exchange],
-    issued: dict[str, tuple[tuple[str, str, str], int]],
+    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]],
     find: Any,
     report: AuditReport,
 ) -> None:
@@ -233,23 +270,23 @@ def _check_input_required(
             find("undeclared_input_request", lines, str(err))
     identity = _identity(request.method, request.params)
     exchange = _Exchange(
-        request,
+        request.line,
         request_id,
         line,
         frozenset(input_requests) if isinstance(input_requests, dict) else frozenset(),
-        state if isinstance(state, str) else None,
+        _digest(state) if isinstance(state, str) else None,
         ts,
     )
     pending[identity] = exchange
     if exchange.state is not None:
-        issued[exchange.state] = (identity, line)
+        issued[exchange.state] = (identity, line, ts)
 
 
 def _check_retry(
     retry: _Request,
     retry_id: Any,
     pending: dict[tuple[str, str, str], _Exchange],
-    issued: dict[str, tuple[tuple[str, str, str], int]],
+    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]],
     find: Any,
     report: AuditReport,
     *,
@@ -261,12 +298,14 @@ def _check_retry(
 ) -> None:
     identity = _identity(retry.method, retry.params)
     state = retry.params.get("requestState")
+    digest = _digest(state) if isinstance(state, str) else None
     exchange = pending.pop(identity, None)
-    if isinstance(state, str) and state in issued and issued[state][0] != identity:
+    first = issued.get(digest) if digest is not None else None
+    if first is not None and first[0] != identity:
         find(
             "state_reused_on_other_request",
-            (issued[state][1], retry.line),
-            f"the requestState issued on line {issued[state][1]} was presented on another "
+            (first[1], retry.line),
+            f"the requestState issued on line {first[1]} was presented on another "
             f"request ({retry.method} {identity[1]})",
         )
         return
@@ -274,7 +313,7 @@ def _check_retry(
         return  # a retry whose first round is not in the capture
     before = len(report.findings)
     lines = (exchange.result_line, retry.line)
-    if state != exchange.state:
+    if digest != exchange.state:
         find(
             "state_not_echoed",
             lines,
@@ -285,7 +324,7 @@ def _check_retry(
     if json.dumps(retry_id) == json.dumps(exchange.request_id):
         find(
             "reused_request_id",
-            (exchange.request.line, retry.line),
+            (exchange.request_line, retry.line),
             f"the retry reused JSON-RPC id {retry_id!r}",
         )
     responses = retry.params.get("inputResponses")
@@ -297,10 +336,10 @@ def _check_retry(
             f"inputResponses {sorted(answered)} do not answer inputRequests "
             f"{sorted(exchange.input_keys)}",
         )
-    if keyset is not None and isinstance(state, str) and state == exchange.state:
-        target, arguments = request_target(retry.method, retry.params)
+    if keyset is not None and isinstance(state, str) and digest == exchange.state:
         moment = retry.ts if retry.ts is not None else now
         try:
+            target, arguments = _retry_target(retry.method, retry.params)
             verify(
                 keyset,
                 state,
@@ -318,5 +357,7 @@ def _check_retry(
             find("state_binding_mismatch", lines, str(err))
         except InvalidToken as err:
             find("state_invalid", lines, str(err))
+        except ValueError as err:  # arguments no request could carry, and the like
+            find("state_binding_mismatch", lines, str(err))
     if len(report.findings) == before:
         report.passed += 1

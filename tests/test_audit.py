@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,121 @@ def test_audit_through_the_cli(tmp_path: Path) -> None:
     assert "line 4, 5: state_not_echoed" in piped.stdout
     no_keyset = run("--keyset", str(tmp_path / "none.json"), "audit", str(clean), code=6)
     assert "keys init" in no_keyset.stderr
+
+
+# --- issue 16.5: a hostile capture gets findings, never a Python error ----------------------
+
+
+DECLARED = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+
+
+def _exchange(n: int, ts: float, meta: Any = DECLARED, mode: Any = "form") -> list[str]:
+    """One input_required round trip of a synthetic capture, as JSON lines."""
+    params: dict[str, Any] = {"name": "deploy", "arguments": {"n": n}, "_meta": meta}
+    ask = {"method": "elicitation/create", "params": {"mode": mode, "message": "?"}}
+    state = f"state-{n}-" + "x" * 200
+    retry = {**params, "inputResponses": {"ask": {}}, "requestState": state}
+    return [
+        json.dumps(
+            {
+                "ts": ts,
+                "msg": {"jsonrpc": "2.0", "id": f"a{n}", "method": "tools/call", "params": params},
+            }
+        ),
+        json.dumps(
+            {
+                "ts": ts,
+                "msg": {
+                    "jsonrpc": "2.0",
+                    "id": f"a{n}",
+                    "result": {
+                        "resultType": "input_required",
+                        "inputRequests": {"ask": ask},
+                        "requestState": state,
+                    },
+                },
+            }
+        ),
+        json.dumps(
+            {
+                "ts": ts + 1,
+                "msg": {"jsonrpc": "2.0", "id": f"b{n}", "method": "tools/call", "params": retry},
+            }
+        ),
+        json.dumps({"ts": ts + 1, "msg": {"jsonrpc": "2.0", "id": f"b{n}", "result": {}}}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":NaN,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":1e999,"method":"ping"}',
+        '{"ts":1,"msg":' + "{" * 40 + "}" * 40 + "}",
+        "\x00 not json",
+    ],
+    ids=["deep-100k", "duplicate-id", "nan", "huge-number", "deep-msg", "garbage"],
+)
+def test_a_malformed_line_is_a_finding(line: str) -> None:
+    report = audit_capture([line], keyset=None)
+    assert report.by_kind() == {"unparseable_line": 1}
+
+
+@pytest.mark.parametrize(
+    ("meta", "mode"),
+    [
+        (["list"], "form"),
+        ({"io.modelcontextprotocol/clientCapabilities": "text"}, "form"),
+        ({"io.modelcontextprotocol/clientCapabilities": {"elicitation": ["form"]}}, "form"),
+        ({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}, ["form"]),
+        ({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}, {"x": 1}),
+        (7, None),
+    ],
+    ids=["meta-list", "caps-text", "elicitation-list", "mode-list", "mode-object", "meta-number"],
+)
+def test_odd_shapes_in_a_capture_are_findings(meta: Any, mode: Any) -> None:
+    report = audit_capture(_exchange(1, 1000.0, meta=meta, mode=mode), keyset=None)
+    assert report.exchanges == 1
+    assert set(report.by_kind()) <= {"undeclared_input_request"}
+
+
+def test_odd_retries_are_findings_with_a_keyset() -> None:
+    lines = _exchange(1, 1000.0)
+    retry = json.loads(lines[2])
+    retry["msg"]["params"]["arguments"] = [1, 2]  # arguments of the wrong type
+    retry["msg"]["params"].pop("name")
+    lines[2] = json.dumps(retry)
+    report = audit_capture(lines, keyset=server_keyset(), policy=CAPTURE)
+    assert report.exchanges == 1  # no crash; the retry matches no open exchange
+
+
+def test_memory_follows_open_exchanges_not_capture_length() -> None:
+    import tracemalloc
+
+    def peak(count: int) -> int:
+        def lines() -> Iterator[str]:
+            for n in range(count):
+                yield from _exchange(n, 1_000_000.0 + n * 10)
+
+        tracemalloc.start()
+        report = audit_capture(lines(), keyset=None)
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert report.exchanges == count and report.passed == count and report.clean
+        return top
+
+    small, large = peak(2_000), peak(16_000)
+    assert large < small * 2, (small, large)  # 8x the capture, nowhere near 8x the memory
+
+
+def test_an_oversized_capture_line_is_a_finding_through_the_cli(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as out:
+        out.write('{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"')
+        out.write("x" * (17 << 20))
+        out.write('"}}\n')
+        out.write('{"jsonrpc":"2.0","id":1,"result":{}}\n')
+    result = run("audit", "--json", str(big), code=1)  # no keyset: structure only
+    assert json.loads(result.stdout)["findings_by_kind"] == {"unparseable_line": 1}

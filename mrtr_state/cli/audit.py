@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import IO
+from typing import BinaryIO
 
 import click
 
@@ -16,13 +16,25 @@ from ..keyset import Keyset
 from ._common import App, emit_json, json_option, pass_app
 
 _PROGRESS_FROM_BYTES = 1 << 20
+#: The longest capture line read; a longer one is skipped as it arrives (and is a finding).
+MAX_LINE_BYTES = 16 << 20
 
 
-def _lines_with_progress(handle: IO[str], size: int) -> Iterator[str]:
-    with click.progressbar(length=size, label="auditing", file=sys.stderr) as bar:
-        for line in handle:
-            bar.update(len(line.encode("utf-8", "replace")))
-            yield line
+def _lines(handle: BinaryIO, size: int, progress: bool) -> Iterator[str]:
+    """The capture's lines, each read only up to MAX_LINE_BYTES (memory stays bounded)."""
+    from ._stdin import read_lines
+
+    with contextlib.ExitStack() as stack:
+        bar = (
+            stack.enter_context(click.progressbar(length=size, label="auditing", file=sys.stderr))
+            if progress
+            else None
+        )
+        for line in read_lines(handle, MAX_LINE_BYTES):
+            if bar is not None:
+                bar.update(MAX_LINE_BYTES if line is None else len(line) + 1)
+            # an oversized line stands in as text no JSON reader accepts: a finding, not a crash
+            yield "\x00 line over the size cap" if line is None else line.decode("utf-8", "replace")
 
 
 @click.command("audit")
@@ -59,17 +71,13 @@ def audit_cmd(
             raise
         keyset = None
     with contextlib.ExitStack() as stack:
-        handle: IO[str] = (
-            sys.stdin
-            if capture == "-"
-            else stack.enter_context(open(capture, encoding="utf-8", errors="replace"))
+        handle: BinaryIO = (
+            sys.stdin.buffer if capture == "-" else stack.enter_context(open(capture, "rb"))
         )
         size = os.fstat(handle.fileno()).st_size if capture != "-" else 0
-        lines: Iterator[str] | IO[str] = handle
-        if not as_json and size >= _PROGRESS_FROM_BYTES and sys.stderr.isatty():
-            lines = _lines_with_progress(handle, size)
+        progress = not as_json and size >= _PROGRESS_FROM_BYTES and sys.stderr.isatty()
         report = audit_capture(
-            lines,
+            _lines(handle, size, progress),
             keyset=keyset,
             audience=settings.audience,
             principal=principal,
