@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ._printable import printable
 from .durations import format_duration
 from .keyset import Key
 from .tokens import Inspection
@@ -72,8 +73,10 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
     if claims is not None:
         state_member = {"mcp-py": "s", "mcp-ts": "p"}.get(anatomy.format, "st")
         shown = {k: v for k, v in claims.items() if k != state_member}
-        lines.append(_row("claims", json.dumps(shown, ensure_ascii=False)))
-        lines.append(_row("state", json.dumps(claims.get(state_member), ensure_ascii=False)))
+        # json escapes C0 controls but not DEL, C1 or bidi overrides: those are escaped here
+        lines.append(_row("claims", printable(json.dumps(shown, ensure_ascii=False))))
+        state = json.dumps(claims.get(state_member), ensure_ascii=False)
+        lines.append(_row("state", printable(state)))
         lines.extend(_time_line(claims, now))
     elif anatomy.confidential and view.key_status in (None, "unknown"):
         lines.append(_row("claims", "encrypted; a keyset holding this key can read them"))
@@ -81,7 +84,7 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
         verdict = click.style("VERIFIED", fg="green", bold=True)
     else:
         verdict = click.style("NOT VERIFIED", fg="red", bold=True)
-    reason = f": {view.problem}" if view.problem is not None else ""
+    reason = f": {printable(str(view.problem))}" if view.problem is not None else ""
     lines.append(_row("result", verdict + reason))
     lines.extend(_row("", f"note: {note}") for note in view.notes)
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from ._encoding import EncodingError, json_loads
+from ._printable import printable
 from .claims import arguments_digest
 from .errors import BindingMismatch, InvalidToken, TimeWindowError
 from .keyset import Keyset
@@ -177,7 +178,8 @@ def audit_capture(
     forget_after = policy.ttl_cap + policy.skew
 
     def find(kind: str, lines_involved: tuple[int, ...], message: str) -> None:
-        report.findings.append(Finding(kind, lines_involved, message))
+        # messages quote the capture (methods, names, keys): never let it drive a terminal
+        report.findings.append(Finding(kind, lines_involved, printable(message)))
 
     for number, message, ts in _messages(lines):
         report.lines = number

@@ -503,3 +503,43 @@ def test_a_principal_that_is_not_text_is_a_value_error(fmt: str, principal: Any)
     token = ms.mint(keyset, "s", principal="alice", format=fmt)
     with pytest.raises(ValueError, match="principal"):
         ms.verify(keyset, token, principal=principal)
+
+
+# --- issue 16.7: nothing untrusted reaches a terminal as control sequences -------------------
+
+ESC = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+
+
+def test_a_hostile_jws_header_member_is_escaped_in_every_message() -> None:
+    from mrtr_state._encoding import b64url_encode
+    from mrtr_state.cli import cli
+
+    keyset = ms.Keyset.generate(("HS256",))
+    header = b64url_encode(json.dumps({"alg": "HS256", ESC: 1}).encode())
+    token = f"{header}.e30.{b64url_encode(b'x' * 32)}"
+    with pytest.raises(ms.MalformedToken) as caught:
+        ms.verify(keyset, token)
+    assert "\x1b" not in str(caught.value) and "\\x1b" in str(caught.value)
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["inspect", token], env={"MRTR_STATE_KEYSET_JSON": keyset.to_json()}
+    )
+    shown = result.stdout + result.stderr
+    assert not any(ch in shown for ch in ("\x1b", "\x07", "\x9b", "\u202e")), shown
+
+
+def test_hostile_method_names_in_an_audit_are_escaped() -> None:
+    from mrtr_state.audit import audit_capture
+
+    request = {"jsonrpc": "2.0", "id": 1, "method": ESC, "params": {}}
+    result = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"resultType": "input_required", "inputRequests": {ESC: {"method": ESC}}},
+    }
+    report = audit_capture([json.dumps(request), json.dumps(result)], keyset=None)
+    text = json.dumps([f.to_dict() for f in report.findings], ensure_ascii=False)
+    assert report.findings and not any(ch in text for ch in ("\x1b", "\x07", "\x9b", "\u202e"))
+    assert "\\x1b" in report.findings[0].message

@@ -227,7 +227,7 @@ def test_audit_through_the_cli(tmp_path: Path) -> None:
 # --- issue 16.5: a hostile capture gets findings, never a Python error ----------------------
 
 
-DECLARED = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+DECLARED: dict[str, Any] = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
 
 
 def _exchange(n: int, ts: float, meta: Any = DECLARED, mode: Any = "form") -> list[str]:

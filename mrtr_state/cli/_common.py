@@ -30,7 +30,9 @@ def emit_json(value: Any) -> None:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    from .._printable import printable
+
+    click.echo(f"error: {printable(message)}", err=True)
     raise click.exceptions.Exit(code)
 
 

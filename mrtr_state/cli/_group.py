@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._printable import printable
 from ..errors import KeysetError, MrtrStateError
 
 if TYPE_CHECKING:
@@ -70,10 +71,10 @@ class ErrorMappingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MrtrStateError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {printable(str(err))}", err=True)
             ctx.exit(err.exit_code)
         except ValueError as err:  # the library's word for a bad argument: a usage error
-            raise click.UsageError(str(err)) from None
+            raise click.UsageError(printable(str(err))) from None
 
 
 class App:

@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 import click
 
 from .._encoding import json_dumps
+from .._printable import printable
 from ..claims import Claims
 from ..durations import format_duration
 from ..errors import InvalidToken, KeysetNotFound, OversizedToken
@@ -220,7 +221,7 @@ def _verify_lines(check: Callable[[bytes], Claims], limit: int, as_json: bool) -
                 failure = {"code": err.code, "message": str(err)}
                 out.write(json_dumps({"line": number, "valid": False, "error": failure}) + "\n")
             else:
-                out.write(f"rejected: {err}\n")
+                out.write(f"rejected: {printable(str(err))}\n")
             continue
         if as_json:
             out.write(json_dumps({"line": number, **_verify_result(claims.to_dict())}) + "\n")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
+from .._printable import printable
 from ..errors import MalformedToken
 
 if TYPE_CHECKING:
@@ -87,12 +88,12 @@ class ExactHeader:
             return f"{what} has {', '.join(dangerous)}, which mrtr-state never accepts"
         for name, value in self.fixed:
             if document.get(name) != value:
-                shown = str(document.get(name))[:40]
-                return f"{what} {name} {shown!r} is not accepted (only {value})"
+                shown = printable(str(document.get(name)), 40)
+                return f"{what} {name} '{shown}' is not accepted (only {value})"
         allowed = {name for name, _ in self.fixed} | {"kid", "typ"}
         unknown = sorted(set(document) - allowed)
         if unknown:
-            return f"{what} has unknown members {', '.join(m[:20] for m in unknown)}"
+            return f"{what} has unknown members {', '.join(printable(m, 20) for m in unknown)}"
         kid = document.get("kid")
         if not isinstance(kid, str) or not _KID.fullmatch(kid):
             return f"{what} kid must be 8 lowercase hex digits"
