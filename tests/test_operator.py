@@ -256,3 +256,35 @@ def test_the_readmes_shell_completion_works(shell: str) -> None:
         check=False,
     )
     assert done.returncode == 0 and "mrtr" in done.stdout and "complete" in done.stdout.lower()
+
+
+@pytest.mark.parametrize(
+    "args", [["verify", "-"], ["inspect", "-"], ["unseal", "-"], ["mint", "--state", "-"], ["seal"]]
+)
+def test_stdin_is_read_in_bounded_pieces(ks: Path, args: list[str]) -> None:
+    """Issue 16.9: a 300 MB line was read whole (615 MB RSS). 64 MiB in, little memory used."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    # VmHWM, the process's peak resident size (ru_maxrss would carry the parent's across exec)
+    code = (
+        "import sys\n"
+        "from mrtr_state.cli import main\n"
+        "try:\n    main()\n"
+        "finally:\n"
+        "    status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+        "    print(status, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--keyset", str(ks), *args],
+        input=b"A" * (64 << 20) + b"\n",
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+    )
+    assert done.returncode in (1, 2), done.stderr[-300:]
+    peak_kib = int(done.stderr.split()[-1])
+    assert peak_kib < 60 * 1024, peak_kib  # the interpreter and libraries, not the input
+    assert b"Traceback" not in done.stderr

@@ -113,11 +113,20 @@ def parse_json(text: str, what: str) -> Any:
         raise click.UsageError(f"{what} is not valid JSON: {err}") from None
 
 
+#: The most state text read from stdin or a file: far over what fits in any token.
+MAX_STATE_BYTES = 1 << 20
+
+
 def read_state(value: str | None) -> Any:
     if value is None:
         return None
     if value == "-":
-        return parse_json(sys.stdin.read(), "the state on stdin")
+        from ._stdin import read_bounded
+
+        data = read_bounded(sys.stdin.buffer, MAX_STATE_BYTES)
+        if data is None:
+            raise click.UsageError(f"the state on stdin is over {MAX_STATE_BYTES} bytes")
+        return parse_json(data.decode("utf-8", "replace"), "the state on stdin")
     if value.startswith("@"):
         path = Path(value[1:])
         try:

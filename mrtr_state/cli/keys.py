@@ -20,7 +20,7 @@ from .. import lifecycle as life
 from ..durations import format_duration
 from ..errors import KeysetError
 from ..formats import get_format
-from ..keyset import ALGORITHMS, OWN_ALGORITHMS, Key, Keyset, secret_length_ok
+from ..keyset import ALGORITHMS, OWN_ALGORITHMS, SDK_SECRET_BYTES, Key, Keyset, secret_length_ok
 from ._common import (
     App,
     ErrorMappingGroup,
@@ -282,10 +282,19 @@ def _env_secret(name: str) -> bytes:
 
 
 def _read_secret(source: str) -> bytes:
+    from ._stdin import read_bounded
+
+    limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
     try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        if source == "-":
+            data = read_bounded(sys.stdin.buffer, limit)
+        else:
+            with open(source, "rb") as handle:
+                data = read_bounded(handle, limit)
     except OSError as err:
         raise click.UsageError(f"cannot read secret file {source}: {err.strerror}") from None
+    if data is None:
+        raise click.UsageError(f"the secret in {source} is over {limit} bytes")
     if data.endswith(b"\n"):
         data = data[:-1]
     if not data:
