@@ -23,9 +23,9 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
+from ._encoding import EncodingError, b64url_decode, b64url_encode, json_loads, json_loads_object
 from ._entropy import random_bytes
-from .claims import Claims, arguments_digest
+from .claims import Claims, _one_shot, arguments_digest
 from .errors import (
     AudienceMismatch,
     ExpiredToken,
@@ -41,6 +41,12 @@ if TYPE_CHECKING:
     from .keyset import Key
 
 __all__ = ["check_mcp_py", "check_mcp_ts", "mcp_py_envelope", "mcp_ts_envelope"]
+
+# The SDK's compact_json (ASCII escapes), and the TypeScript body (JSON.stringify: UTF-8).
+_encode_envelope = _one_shot(json.JSONEncoder(separators=(",", ":")))
+_encode_body = _one_shot(
+    json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+)
 
 FUTURE_SKEW = 60.0
 _PRINCIPAL_LABEL = b"mcp/request-state/principal:"
@@ -69,7 +75,9 @@ def _principal_matches(claim: str, principal: str) -> bool:
         return False
     if len(raw) != 24:
         return False
-    return hmac.compare_digest(_principal_claim(principal, raw[:8]), claim)
+    salt = raw[:8]
+    digest = hashlib.sha256(_PRINCIPAL_LABEL + salt + _principal_bytes(principal)).digest()
+    return hmac.compare_digest(digest[:16], raw[8:])
 
 
 def _target_and_digest(method: str | None, target: str | None, arguments: Any) -> tuple[str, str]:
@@ -110,7 +118,7 @@ def mcp_py_envelope(
         claims["aud"] = audience
     if principal is not None:
         claims["p"] = _principal_claim(principal)
-    return json.dumps(claims, separators=(",", ":")).encode("ascii")
+    return _encode_envelope(claims).encode("ascii")
 
 
 def check_mcp_py(
@@ -130,7 +138,7 @@ def check_mcp_py(
     secret must not mint state that lives for a year.
     """
     try:
-        document = json_loads(plaintext)
+        document = json_loads_object(plaintext)
     except EncodingError as err:
         raise InvalidClaims(f"mcp-py envelope: {err}") from None
     if type(document) is not dict or not document.keys() <= _MCP_PY_MEMBERS:
@@ -189,7 +197,7 @@ def mcp_ts_envelope(state: Any, *, key: Key, now: float, ttl: int, bind: str | N
     body: dict[str, Any] = {"p": state, "exp": int(now) + ttl}
     if bind is not None:
         body["b"] = bind_tag(key, bind)
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _encode_body(body).encode()
 
 
 def _over_cap(lifetime: float, ttl_cap: float) -> str:

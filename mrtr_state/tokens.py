@@ -63,6 +63,20 @@ class Minted:
         return self.claims.exp
 
 
+_SDK: Any = None
+
+
+def _sdk() -> Any:
+    """The SDK envelope module, imported on first use (an import statement per call would cost
+    more than the envelope checks themselves)."""
+    global _SDK
+    if _SDK is None:
+        from . import sdk_envelopes
+
+        _SDK = sdk_envelopes
+    return _SDK
+
+
 def _now(now: float | None) -> float:
     return time.time() if now is None else now
 
@@ -232,7 +246,7 @@ def _seal_sdk(
     policy: Policy,
     request: _Request | None,
 ) -> tuple[str, Key, bytes]:
-    from . import sdk_envelopes as sdk
+    sdk = _sdk()
 
     moment = time.time() if now is None else now
     lifetime = _check_ttl(ttl, policy)
@@ -466,7 +480,7 @@ def _verify_sdk(
 ) -> Claims:
     """The envelope checks of the official SDKs, each exactly as its SDK makes them, plus the
     verifier's ttl_cap (which the SDKs lack)."""
-    from . import sdk_envelopes as sdk
+    sdk = _sdk()
 
     if fmt.name == "mcp-py":
         if bind is not None:
@@ -476,7 +490,7 @@ def _verify_sdk(
                 "request mismatch: mcp-py tokens bind the method, target and arguments, "
                 "not a request id"
             )
-        return sdk.check_mcp_py(
+        checked: Claims = sdk.check_mcp_py(
             plaintext,
             now=moment,
             method=method,
@@ -486,6 +500,7 @@ def _verify_sdk(
             principal=principal,
             ttl_cap=policy.ttl_cap,
         )
+        return checked
     # The TypeScript codec binds nothing but its bind value: a verifier that states any other
     # binding is refused rather than silently given less than it asked for.
     if principal is not None:
@@ -500,7 +515,10 @@ def _verify_sdk(
         raise RequestMismatch(
             "request mismatch: mcp-ts tokens bind only the SDK's bind value; give bind"
         )
-    return sdk.check_mcp_ts(plaintext, key=key, now=moment, bind=bind, ttl_cap=policy.ttl_cap)
+    signed: Claims = sdk.check_mcp_ts(
+        plaintext, key=key, now=moment, bind=bind, ttl_cap=policy.ttl_cap
+    )
+    return signed
 
 
 def seal(
@@ -620,7 +638,7 @@ def inspect(
     With a keyset the tag or MAC, the claim types and the lifetime are checked; bindings are not
     (inspect is not told which principal or request to expect), and the notes say so.
     """
-    from . import sdk_envelopes as sdk
+    sdk = _sdk()
 
     text = _text(token, policy)
     fmt = get_format(detect_format(text))

@@ -43,13 +43,20 @@ class GcmBlobFormat:
         self._cipher = cipher
         self._key_note = key_note
         self._routes_name = f"{name}-routes"
+        self._sealer_name = f"{name}-sealer"
+
+    def _sealer(self, key: Key) -> tuple[bytes, AESGCM, bytes]:
+        """(key id, cipher, associated data) of ``key``, built once per key."""
+        key_id = key.key_id
+        return key_id, key.prepared(self.alg, self._cipher), self._prefix_bytes + key_id
 
     def seal(self, key: Key, plaintext: bytes) -> str:
-        key_id = key.prepared("key-id", lambda _secret: key.key_id)
+        sealer = key._prepared.get(self._sealer_name)
+        if sealer is None:
+            sealer = key._prepared[self._sealer_name] = self._sealer(key)
+        key_id, cipher, associated = sealer
         nonce = random_bytes(12)
-        sealed = key.prepared(self.alg, self._cipher).encrypt(
-            nonce, plaintext, self._prefix_bytes + key_id
-        )
+        sealed = cipher.encrypt(nonce, plaintext, associated)
         return self._prefix + b64url_encode(key_id + nonce + sealed)
 
     def _split(self, token: str) -> bytes:
