@@ -34,6 +34,7 @@ __all__ = [
     "json_dumps",
     "json_loads",
     "json_loads_object",
+    "one_shot_encoder",
 ]
 
 MAX_DEPTH = 32
@@ -116,6 +117,42 @@ _DECODER = json.JSONDecoder(
 # The decoder's C scanner, called directly: see json_loads.
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def one_shot_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode`` without its per-call set-up: the C encoder it builds on every call,
+    built once (the same function, so the same bytes), where this Python has the C encoder."""
+    from json import encoder as module
+
+    make = getattr(module, "c_make_encoder", None)
+    if make is None or encoder.indent is not None:  # pragma: no cover - no C accelerator
+        return encoder.encode
+    escape = module.encode_basestring_ascii if encoder.ensure_ascii else module.encode_basestring
+    default = encoder.default
+    one_shot = make(
+        None,
+        default,
+        escape,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+
+    def encode(value: Any) -> str:
+        if isinstance(value, str):  # encode() answers a bare string without the C encoder
+            return encoder.encode(value)
+        try:
+            return "".join(one_shot(value, 0))
+        except RecursionError:  # no cycle check (it would be shared state): refused the same
+            raise ValueError("value is nested too deeply or refers to itself") from None
+
+    return encode
+
+
+_encode = one_shot_encoder(_ENCODER)
 
 
 def _depth(value: Any) -> int:
@@ -201,7 +238,7 @@ def json_dumps(value: Any) -> str:
     Python's 4,300-digit conversion limit.
     """
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
     if text.count("{") + text.count("[") > MAX_DEPTH and _depth(value) > MAX_DEPTH:

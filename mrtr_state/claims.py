@@ -14,10 +14,10 @@ binding, would be accepted everywhere.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._encoding import b64url_encode, compare_digest
+from ._encoding import b64url_encode, compare_digest, one_shot_encoder
 from .errors import (
     AudienceMismatch,
     BindingMismatch,
@@ -39,40 +39,7 @@ _FINGERPRINT_PREFIX = "mcp1:"
 _ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode`` without its per-call set-up: the C encoder it builds on every call,
-    built once (the same function, so the same bytes), where this Python has the C encoder."""
-    from json import encoder as module
-
-    make = getattr(module, "c_make_encoder", None)
-    if make is None or encoder.indent is not None:  # pragma: no cover - no C accelerator
-        return encoder.encode
-    escape = module.encode_basestring_ascii if encoder.ensure_ascii else module.encode_basestring
-    default = encoder.default
-    one_shot = make(
-        None,
-        default,
-        escape,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-
-    def encode(value: Any) -> str:
-        if isinstance(value, str):  # encode() answers a bare string without the C encoder
-            return encoder.encode(value)
-        try:
-            return "".join(one_shot(value, 0))
-        except RecursionError:  # no cycle check (it would be shared state): refused the same
-            raise ValueError("value is nested too deeply or refers to itself") from None
-
-    return encode
-
-
-_encode_arguments = _one_shot(_ARGUMENTS_ENCODER)
+_encode_arguments = one_shot_encoder(_ARGUMENTS_ENCODER)
 
 
 class Claims(NamedTuple):

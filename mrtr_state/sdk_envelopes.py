@@ -23,9 +23,15 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ._encoding import EncodingError, b64url_decode, b64url_encode, json_loads, json_loads_object
+from ._encoding import (
+    EncodingError,
+    b64url_decode,
+    b64url_encode,
+    json_loads_object,
+    one_shot_encoder,
+)
 from ._entropy import random_bytes
-from .claims import Claims, _one_shot, arguments_digest
+from .claims import Claims, arguments_digest
 from .errors import (
     AudienceMismatch,
     ExpiredToken,
@@ -43,8 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["check_mcp_py", "check_mcp_ts", "mcp_py_envelope", "mcp_ts_envelope"]
 
 # The SDK's compact_json (ASCII escapes), and the TypeScript body (JSON.stringify: UTF-8).
-_encode_envelope = _one_shot(json.JSONEncoder(separators=(",", ":")))
-_encode_body = _one_shot(
+_encode_envelope = one_shot_encoder(json.JSONEncoder(separators=(",", ":")))
+_encode_body = one_shot_encoder(
     json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 )
 
@@ -213,7 +219,7 @@ def check_mcp_ts(
     """Accept a TypeScript-SDK body on the SDK's conditions, and (beyond the SDK, which has no
     issue time) only while ``exp`` lies at most ``ttl_cap`` ahead."""
     try:
-        document = json_loads(plaintext)
+        document = json_loads_object(plaintext)
     except EncodingError as err:
         raise InvalidClaims(f"mcp-ts body: {err}") from None
     if type(document) is not dict or not document.keys() <= {"p", "exp", "b"}:
