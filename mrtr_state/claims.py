@@ -144,6 +144,35 @@ def _refuse_claims(document: Any) -> InvalidClaims:
     return InvalidClaims("claims are not in the accepted shape")  # not reached: fail closed
 
 
+def claims_accepted(
+    claims: Claims,
+    now: float,
+    policy: Policy,
+    *,
+    sub: str | None,
+    aud: str | None,
+    rid: str | None,
+) -> bool:
+    """The accepting test of :func:`check_claims`, without the reasons: True only if every
+    lifetime and binding check passes (non-ASCII text raises TypeError; the caller falls back)."""
+    iat, exp, bound_sub, bound_aud, bound_rid = (
+        claims.iat,
+        claims.exp,
+        claims.sub,
+        claims.aud,
+        claims.rid,
+    )
+    return bool(
+        iat is not None
+        and 0 < exp - iat <= policy.ttl_cap
+        and iat <= now + policy.skew
+        and now < exp
+        and (sub is None if bound_sub is None else sub is not None and _equal(bound_sub, sub))
+        and (aud is None if bound_aud is None else aud is not None and _equal(bound_aud, aud))
+        and (rid is None if bound_rid is None else rid is not None and _equal(bound_rid, rid))
+    )
+
+
 def check_claims(
     claims: Claims,
     now: float,
@@ -158,23 +187,8 @@ def check_claims(
     Only when that test fails (or meets non-ASCII text) do the two checks run one by one to
     decide and name the reason, lifetime first, so that "expired" wins over a binding mismatch.
     """
-    iat, exp, bound_sub, bound_aud, bound_rid = (
-        claims.iat,
-        claims.exp,
-        claims.sub,
-        claims.aud,
-        claims.rid,
-    )
     try:
-        if (
-            iat is not None
-            and 0 < exp - iat <= policy.ttl_cap
-            and iat <= now + policy.skew
-            and now < exp
-            and (sub is None if bound_sub is None else sub is not None and _equal(bound_sub, sub))
-            and (aud is None if bound_aud is None else aud is not None and _equal(bound_aud, aud))
-            and (rid is None if bound_rid is None else rid is not None and _equal(bound_rid, rid))
-        ):
+        if claims_accepted(claims, now, policy, sub=sub, aud=aud, rid=rid):
             return
     except TypeError:  # non-ASCII text: the checks below compare it as UTF-8
         pass

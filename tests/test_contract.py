@@ -304,3 +304,48 @@ def test_non_ascii_bindings_match_exactly(keyset: ms.Keyset, fmt: str) -> None:
         }
         with pytest.raises(error):
             ms.verify(keyset, token, **stated)
+
+
+def test_the_quick_aead_path_accepts_exactly_what_the_general_path_accepts(
+    keyset: ms.Keyset,
+) -> None:
+    """verify() takes a straight path for aead tokens; it must never accept more (or other)."""
+    from mrtr_state import tokens
+
+    bound: dict[str, Any] = {"principal": "alice", "audience": "fleet", "request_id": "r-1"}
+    candidates = [
+        ms.mint(keyset, {"x": 1}, **bound, now=NOW),
+        ms.mint(keyset, {"x": 1}, now=NOW),
+        ms.mint(keyset, "expired", ttl=1, now=NOW - 10),
+        ms.seal(keyset, b'{"iat":1}'),
+    ]
+    candidates += [m for c in candidates[:2] for m in mutations(c)]
+    bindings: list[dict[str, Any]] = [
+        {},
+        bound,
+        {**bound, "principal": "bob"},
+        {**bound, "audience": None},
+        {"principal": "alice"},
+        {**bound, "request_id": "r-2"},
+    ]
+    accepted = 0
+    for candidate in candidates:
+        for binding in bindings:
+            quick = tokens._verify_aead_quickly(
+                keyset,
+                candidate,
+                binding.get("principal"),
+                binding.get("request_id"),
+                binding.get("audience"),
+                NOW,
+                ms.DEFAULT_POLICY,
+            )
+            try:  # bytes take the general path
+                general: ms.Claims | None = ms.verify(
+                    keyset, candidate.encode(), now=NOW, **binding
+                )
+            except ms.InvalidToken:
+                general = None
+            assert quick == general, (candidate, binding)
+            accepted += general is not None
+    assert accepted == 2  # each valid token, with exactly its own binding
