@@ -63,9 +63,10 @@ step "The same as JSON, for scripts"
 printf '$ mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"\n'
 mrtr-state verify --json --principal alice --request-id req-42 "$TOKEN"
 
-step "Rotate: one safe step (adds a pending key now; promotes it once every replica has had an hour to load it)"
+step "Rotate: one safe step per run; a primary mints 30 days by default, so nothing is due yet"
 show mrtr-state rotate --dry-run
-show mrtr-state rotate
+step "With a period of an hour, the successor is due now: added pending, promoted once every replica has had an hour to load it"
+show mrtr-state rotate --every 1h
 show mrtr-state keys list
 
 printf '\nDone. Try: mrtr-state --help\n'

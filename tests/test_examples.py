@@ -30,3 +30,28 @@ def test_the_github_login_example_completes_its_round_trip(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert "requestState: aead token" in done.stdout
     assert "result: octocat starred octo/hello (state 'star:octo/hello' verified)" in done.stdout
+
+
+def test_make_demo_runs_the_main_job_on_a_fresh_keyset(tmp_path: Path) -> None:
+    """scripts/demo.sh, as `make demo` runs it: keys, mint, verify, inspect, rotate."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")},
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "NO_COLOR": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "\x1b" not in done.stdout  # NO_COLOR honoured by the script and the CLI
+    assert "exit code 4" in done.stdout and "exit code 1" in done.stdout
+    assert "added pending" in done.stdout or "add " in done.stdout
+    listed = ms.Keyset.load(tmp_path / "keys" / "keyset.json")
+    assert sorted(k.status for k in listed if k.alg == "A256GCM") == ["pending", "primary"]
