@@ -293,3 +293,14 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
     assert [e["event"] for e in events] == ["sealed", "refused", "verified"]
     assert events[1]["result"] == "principal_mismatch"
     assert "alice-token" not in err
+
+
+def test_refusals_beside_notifications_only_are_still_answered(fleet: Fleet) -> None:
+    batch = [
+        {**CALL, "id": 21, "params": {"name": "deploy", "arguments": {}, "requestState": "x"}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]
+    answered = fleet.post(batch)
+    assert answered.status_code == 200
+    assert [m["id"] for m in messages_of(answered)] == [21]
+    assert any(m.get("method") == "notifications/initialized" for m in fleet.upstream.received)

@@ -28,6 +28,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 4 << 20
+_JSON_RPC_BODIES = ("application/json", "text/event-stream")
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy sets itself.
 _DROP = frozenset(
     {
@@ -176,6 +177,12 @@ class ProxyApp:
 
     async def _relay(self, upstream: httpx.Response, exchange: Exchange | None, send: Send) -> None:
         kind = upstream.headers.get("content-type", "").split(";")[0].strip().lower()
+        if exchange is not None and exchange.refusals and kind not in _JSON_RPC_BODIES:
+            # The rest of a batch was only notifications (202, no body): the refusals are the
+            # whole answer, and must not be lost.
+            await upstream.aread()
+            await _respond(send, 200, json.dumps(exchange.refusals).encode())
+            return
         headers = [
             (k.encode("latin-1"), v.encode("latin-1"))
             for k, v in upstream.headers.multi_items()
