@@ -434,22 +434,7 @@ def verify(
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = time.time() if now is None else now
     try:
-        if fmt.name not in _SDK_FORMATS and plaintext[:1] == _SDK_ENVELOPE:
-            claims = _verify_sdk(
-                get_format("mcp-py"),
-                key,
-                plaintext[1:],
-                moment,
-                principal,
-                request_id,
-                audience,
-                method,
-                target,
-                arguments,
-                bind,
-                policy,
-            )
-        elif fmt.name not in _SDK_FORMATS:
+        if fmt.name not in _SDK_FORMATS and plaintext[:1] != _SDK_ENVELOPE:
             if method is not None or bind is not None:
                 request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
             claims = _claims_from(plaintext)
@@ -458,7 +443,9 @@ def verify(
 
                 principal = expected_tag(key, claims.sub, principal)
             check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
-        else:
+        else:  # an SDK token, or an SDK envelope sealed by KeysetCodec in one of our formats
+            if fmt.name not in _SDK_FORMATS:
+                fmt, plaintext = get_format("mcp-py"), plaintext[1:]
             claims = _verify_sdk(
                 fmt,
                 key,
