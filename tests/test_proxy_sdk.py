@@ -70,6 +70,27 @@ def naive_server(seen: list[str]) -> MCPServer:
     return server
 
 
+async def _accept(context: Any, params: Any) -> ElicitResult:
+    return ElicitResult(action="accept", content={"ok": True})
+
+
+def sdk_client_round_trip(url: str) -> tuple[str, str]:
+    """The official SDK client through ``url``: a first round (kept, to show its requestState),
+    then ``call_tool``, which answers the elicitation and retries. Returns (state, result)."""
+
+    async def round_trip() -> tuple[str, str]:
+        async with Client(url, elicitation_callback=_accept) as client:
+            first = await client.session.call_tool(
+                "deploy", {"env": "prod"}, allow_input_required=True
+            )
+            assert isinstance(first, InputRequiredResult)
+            assert first.request_state is not None
+            result = await client.call_tool("deploy", {"env": "prod"})
+            return first.request_state, result.content[0].text  # type: ignore[union-attr]
+
+    return anyio.run(round_trip)
+
+
 @pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
 def test_the_official_sdk_completes_an_elicitation_through_the_proxy(
     keyset_file: Path, json_response: bool
@@ -77,27 +98,12 @@ def test_the_official_sdk_completes_an_elicitation_through_the_proxy(
     seen: list[str] = []
     server = naive_server(seen)
     lines: list[dict[str, Any]] = []
-
-    async def accept(context: Any, params: Any) -> ElicitResult:
-        return ElicitResult(action="accept", content={"ok": True})
-
     guard = StateGuard(ms.Keyset.load(keyset_file), ttl=60, log=lines.append)
     upstream_app = server.streamable_http_app(json_response=json_response)
     with serving(upstream_app) as upstream_url:
         proxy = ProxyApp(guard, upstream=upstream_url + "/mcp")
         with serving(proxy) as proxy_url:
-
-            async def round_trip() -> tuple[str, str]:
-                async with Client(proxy_url + "/mcp", elicitation_callback=accept) as client:
-                    first = await client.session.call_tool(
-                        "deploy", {"env": "prod"}, allow_input_required=True
-                    )
-                    assert isinstance(first, InputRequiredResult)
-                    assert first.request_state is not None
-                    result = await client.call_tool("deploy", {"env": "prod"})
-                    return first.request_state, result.content[0].text  # type: ignore[union-attr]
-
-            token, text = anyio.run(round_trip)
+            token, text = sdk_client_round_trip(proxy_url + "/mcp")
     assert token.startswith("ms1.")  # what the client saw: sealed by the proxy
     assert text == "deployed prod" and seen == ["confirm:prod"]
     assert [line["event"] for line in lines].count("verified") >= 1

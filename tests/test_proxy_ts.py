@@ -9,24 +9,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import anyio
-import pytest
-
 import mrtr_state as ms
 from mrtr_state.proxy.app import ProxyApp
 from mrtr_state.proxy.rewrite import StateGuard
 
 from .servers import serving
+from .test_proxy_sdk import sdk_client_round_trip
 from .test_ts_sdk import sdk_folder
 
 __all__ = ["sdk_folder"]  # the fixture, shared with the codec tests
 
 HERE = Path(__file__).resolve().parent
-
-mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test dependency")
-
-from mcp import Client  # noqa: E402
-from mcp_types import ElicitResult, InputRequiredResult  # noqa: E402
 
 
 def test_a_typescript_sdk_server_behind_the_proxy(sdk_folder: Path, tmp_path: Path) -> None:
@@ -43,23 +36,8 @@ def test_a_typescript_sdk_server_behind_the_proxy(sdk_folder: Path, tmp_path: Pa
         lines: list[dict[str, Any]] = []
         guard = StateGuard(ms.Keyset.load(keyset_path), ttl=60, log=lines.append)
         proxy = ProxyApp(guard, upstream=f"http://127.0.0.1:{port}/mcp")
-
-        async def accept(context: Any, params: Any) -> ElicitResult:
-            return ElicitResult(action="accept", content={"ok": True})
-
         with serving(proxy) as proxy_url:
-
-            async def round_trip() -> tuple[str, str]:
-                async with Client(proxy_url + "/mcp", elicitation_callback=accept) as client:
-                    first = await client.session.call_tool(
-                        "deploy", {"env": "prod"}, allow_input_required=True
-                    )
-                    assert isinstance(first, InputRequiredResult)
-                    assert first.request_state is not None
-                    result = await client.call_tool("deploy", {"env": "prod"})
-                    return first.request_state, result.content[0].text  # type: ignore[union-attr]
-
-            token, text = anyio.run(round_trip)
+            token, text = sdk_client_round_trip(proxy_url + "/mcp")
     finally:
         node.terminate()
         node.communicate(timeout=10)
