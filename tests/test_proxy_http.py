@@ -163,8 +163,11 @@ def test_everything_else_passes_through_untouched(fleet: Fleet) -> None:
         assert stream.status_code == 200 and stream.headers["mcp-session-id"] == "s-1"
         assert b"notifications/message" in stream.read()
     assert httpx.delete(fleet.url, timeout=10).status_code == 204
-    not_json = httpx.post(fleet.url, content=b"{oops", timeout=10)
-    assert not_json.status_code == 500  # not JSON: passed on, and the upstream's answer back
+    before = len(fleet.upstream.received)
+    for body in (b"{oops", b'{"jsonrpc":"2.0","id":1,"method":"ping","id":2}', b"[NaN]"):
+        refused = httpx.post(fleet.url, content=body, timeout=10)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700
+    assert len(fleet.upstream.received) == before  # never forwarded
 
 
 def test_a_batch_mixes_answers_and_refusals(fleet: Fleet) -> None:
@@ -304,3 +307,16 @@ def test_refusals_beside_notifications_only_are_still_answered(fleet: Fleet) -> 
     assert answered.status_code == 200
     assert [m["id"] for m in messages_of(answered)] == [21]
     assert any(m.get("method") == "notifications/initialized" for m in fleet.upstream.received)
+
+
+def test_a_body_read_two_ways_never_smuggles_a_state(fleet: Fleet) -> None:
+    """Duplicate members: were the proxy to read the last "params" and the server the first, a
+    forged requestState would reach the server unverified. The proxy refuses such a body."""
+    smuggled = (
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call",'
+        b'"params":{"name":"deploy","arguments":{},"requestState":"eyJmb3JnZWQiOiB0cnVlfQ=="},'
+        b'"params":{"name":"deploy","arguments":{}}}'
+    )
+    answer = httpx.post(fleet.url, content=smuggled, timeout=10)
+    assert answer.status_code == 400 and "duplicate member" in answer.json()["error"]["message"]
+    assert fleet.upstream.retries() == []

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .._encoding import EncodingError, json_loads
 from .rewrite import EventStream, Exchange, StateGuard, bearer_principal
 
 __all__ = ["DEFAULT_MAX_BODY", "ProxyApp"]
@@ -29,6 +30,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 4 << 20
 _JSON_RPC_BODIES = ("application/json", "text/event-stream")
+#: How deeply a request body may nest (tool arguments nest more than tokens do).
+MAX_BODY_DEPTH = 128
 # Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy sets itself.
 _DROP = frozenset(
     {
@@ -128,10 +131,14 @@ class ProxyApp:
             return
         exchange: Exchange | None = None
         if scope["method"] == "POST" and body:
+            # Strict JSON or nothing: were a body forwarded that this proxy read one way (say
+            # the last of two "params" members) and the server another (the first), a forged
+            # requestState could pass unseen. So duplicates, NaN and the like are refused here.
             try:
-                parsed = json.loads(body)
-            except (ValueError, UnicodeDecodeError):
-                parsed = None  # not JSON: the upstream answers it
+                parsed = json_loads(body.strip(), max_depth=MAX_BODY_DEPTH)
+            except EncodingError as err:
+                await _respond(send, 400, _error_body(-32700, f"parse error: {err}"))
+                return
             if isinstance(parsed, dict | list) and parsed:
                 exchange = Exchange(self.guard, parsed, self._principal(headers))
                 if exchange.forward is None:  # every message refused: answered here
