@@ -116,7 +116,18 @@ class NaiveServer:
             headers = [(b"content-type", b"text/event-stream"), (b"mcp-session-id", b"s-1")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             note = b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n'
-            await send({"type": "http.response.body", "body": note})
+            await send({"type": "http.response.body", "body": note, "more_body": True})
+            # a response to an earlier POST, as a resumed stream may replay it
+            replayed = {
+                "jsonrpc": "2.0",
+                "id": "old",
+                "result": {
+                    "resultType": "input_required",
+                    "requestState": encode_state({"secret": 1}),
+                },
+            }
+            line = b"data: " + json.dumps(replayed).encode() + b"\n\n"
+            await send({"type": "http.response.body", "body": line})
             return
         body = b""
         while True:

@@ -161,7 +161,12 @@ def test_everything_else_passes_through_untouched(fleet: Fleet) -> None:
     assert unknown[0]["error"]["code"] == -32601
     with httpx.stream("GET", fleet.url, timeout=10) as stream:
         assert stream.status_code == 200 and stream.headers["mcp-session-id"] == "s-1"
-        assert b"notifications/message" in stream.read()
+        streamed = stream.read()
+        assert b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n' in (
+            streamed  # untouched, byte for byte
+        )
+        # a replayed input_required response cannot be bound to its request: withheld
+        assert b"eyJzZWNyZXQiOiAxfQ" not in streamed and b"could not bind" in streamed
     assert httpx.delete(fleet.url, timeout=10).status_code == 204
     before = len(fleet.upstream.received)
     for body in (b"{oops", b'{"jsonrpc":"2.0","id":1,"method":"ping","id":2}', b"[NaN]"):

@@ -147,6 +147,11 @@ class ProxyApp:
                     return
                 if exchange.changed:
                     body = json.dumps(exchange.forward, separators=(",", ":")).encode()
+        if scope["method"] == "GET":
+            # A stream resumed with Last-Event-ID may carry responses to earlier POSTs. Their
+            # requests are not at hand, so an input_required state there cannot be bound: it is
+            # withheld (an error in its place), never passed on in the clear.
+            exchange = Exchange(self.guard, [], self._principal(headers))
         forward = [(k, v) for k, v in raw_headers if k.decode("latin-1").lower() not in _DROP] + [
             (b"accept-encoding", b"identity")
         ]
