@@ -30,9 +30,9 @@ from .keyset import Keyset
 from .mcp import (
     INPUT_REQUIRED_METHODS,
     CapabilityMissing,
-    _retry_target,
     check_capabilities,
     request_target,
+    retry_target,
 )
 from .policy import DEFAULT_POLICY, Policy
 from .tokens import verify
@@ -341,7 +341,7 @@ def _check_retry(
     if keyset is not None and isinstance(state, str) and digest == exchange.state:
         moment = retry.ts if retry.ts is not None else now
         try:
-            target, arguments = _retry_target(retry.method, retry.params)
+            target, arguments = retry_target(retry.method, retry.params)
             verify(
                 keyset,
                 state,

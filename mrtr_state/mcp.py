@@ -44,6 +44,7 @@ __all__ = [
     "open_retry",
     "request_fingerprint",
     "request_target",
+    "retry_target",
     "wire_error",
 ]
 
@@ -98,7 +99,7 @@ def request_target(method: str, params: Mapping[str, Any] | None) -> tuple[str, 
     return str(given.get("name", "")), given.get("arguments") or {}
 
 
-def _retry_target(method: str, params: Any) -> tuple[str, Any]:
+def retry_target(method: str, params: Any) -> tuple[str, Any]:
     """The retry's (target, arguments); a retry that names none cannot match any state."""
     target, arguments = request_target(method, params)
     if not target:
@@ -213,7 +214,7 @@ def open_retry(
     token = params.get("requestState") if isinstance(params, Mapping) else None
     if not isinstance(token, str):
         raise MalformedToken("the retry carries no requestState string")
-    target, arguments = _retry_target(method, params)
+    target, arguments = retry_target(method, params)
     claims = verify(
         keyset,
         token,

@@ -29,6 +29,14 @@ def keyset_path(tmp_path: Path, keyset: ms.Keyset) -> Path:
 
 
 @pytest.fixture
+def keyset_file(tmp_path: Path) -> Path:
+    """A keyset file holding one primary aead key, as a proxy or SDK server would load."""
+    path = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(path)
+    return path
+
+
+@pytest.fixture
 def open_dir() -> Iterator[Path]:
     """A folder other users can traverse (pytest's tmp_path sits under a 0700 folder of root)."""
     folder = Path(tempfile.mkdtemp(prefix="mrtr-mounts-", dir="/tmp"))

@@ -24,13 +24,6 @@ from .servers import NaiveServer, free_port, serving
 CALL = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "deploy", "arguments": {}}}
 
 
-@pytest.fixture
-def keyset_file(tmp_path: Path) -> Path:
-    path = tmp_path / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(path)
-    return path
-
-
 class Fleet:
     """A naive upstream behind a proxy, both serving on loopback."""
 

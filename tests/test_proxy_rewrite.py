@@ -86,7 +86,9 @@ def test_the_log_names_the_specific_reason_and_never_the_state(keyset: ms.Keyset
     guard.open_request(retry_of(token[:-2] + "AA"), "alice")
     guard.open_request(retry_of(token), "bob")
     assert [line["event"] for line in lines] == ["sealed", "verified", "refused", "refused"]
-    assert lines[0]["kid"] == keyset.primary("A256GCM").kid and lines[0]["format"] == "aead"
+    primary = keyset.primary("A256GCM").kid
+    assert lines[0]["kid"] == primary and lines[0]["format"] == "aead"
+    assert lines[1]["kid"] == primary  # the verified state names the key it opened under
     assert lines[2]["result"] == "bad_signature" and lines[3]["result"] == "principal_mismatch"
     assert all(isinstance(line["latency_ms"], float) for line in lines)
     assert STATE not in json.dumps(lines)

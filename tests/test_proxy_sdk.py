@@ -29,13 +29,6 @@ from mcp_types import (  # noqa: E402
 )
 
 
-@pytest.fixture
-def keyset_file(tmp_path: Path) -> Path:
-    path = tmp_path / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(path)
-    return path
-
-
 class PlainCodec:
     """Request-state "protection" switched off: the SDK's envelope in plain base64, as a naive
     server would send it. The proxy must make it safe without the server knowing."""

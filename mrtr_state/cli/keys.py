@@ -33,6 +33,17 @@ from ._common import (
 _ALG = click.Choice(list(ALGORITHMS))
 
 
+def _encoding_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--encoding raw|base64|hex, for secrets read (keys import) or written (keys export)."""
+    return click.option(
+        "--encoding",
+        type=click.Choice(["raw", "base64", "hex"]),
+        default="raw",
+        show_default=True,
+        help=help,
+    )
+
+
 def _now() -> int:
     return int(time.time())
 
@@ -188,12 +199,8 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
     metavar="NAME",
     help="Environment variable holding the secret (as SDK operators often pass it).",
 )
-@click.option(
-    "--encoding",
-    type=click.Choice(["raw", "base64", "hex"]),
-    default="raw",
-    show_default=True,
-    help="How the secret is written: raw bytes, base64 (standard or url-safe) or hex text.",
+@_encoding_option(
+    "How the secret is written: raw bytes, base64 (standard or url-safe) or hex text."
 )
 @click.option("--primary", is_flag=True, help="Make it the primary at once.")
 @json_option
@@ -310,13 +317,7 @@ def _read_secret(source: str) -> bytes:
     help="Write the secret to this new file (created 0600; never overwritten).",
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Write the secret to stdout instead.")
-@click.option(
-    "--encoding",
-    type=click.Choice(["raw", "base64", "hex"]),
-    default="raw",
-    show_default=True,
-    help="How to write it: raw bytes, base64url text or hex text.",
-)
+@_encoding_option("How to write it: raw bytes, base64url text or hex text.")
 @pass_app
 def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str) -> None:
     """Export the secret of key KID, for an interoperability check or an SDK's key ring.
