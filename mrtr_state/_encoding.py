@@ -35,7 +35,9 @@ __all__ = [
     "json_dumps",
     "json_loads",
     "json_loads_object",
+    "nesting_depth",
     "one_shot_encoder",
+    "scan_json",
 ]
 
 MAX_DEPTH = 32
@@ -171,6 +173,13 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+#: The strict scanner itself, for a hot path that inlines :func:`json_loads_object`: call it as
+#: ``value, end = scan_json(text, 0)``, then check ``end == len(text)`` and the depth, as
+#: :func:`_parse` does. It raises EncodingError, ValueError, StopIteration or RecursionError.
+scan_json = _SCAN
+nesting_depth = _depth
 
 
 def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._encoding import EncodingError, b64url_decode, b64url_encode
+from ._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest
 from ._entropy import random_bytes
 from .formats._primitives import Keyed, hmac_key
 
 if TYPE_CHECKING:
     from .keyset import Key
 
-__all__ = ["PREFIX", "expected_tag", "principal_tag"]
+__all__ = ["PREFIX", "expected_tag", "principal_tag", "tag_matches"]
 
 PREFIX = "h1."
 _LABEL = b"mrtr-state/v1/principal-tag\x00"
@@ -50,3 +50,16 @@ def expected_tag(key: Key, stored: str, principal: str) -> str:
     if len(raw) != _SALT + _MAC:
         return ""
     return principal_tag(key, principal, raw[:_SALT])
+
+
+def tag_matches(key: Key, stored: str, principal: str) -> bool:
+    """Whether ``stored`` is a tag of ``principal`` under ``key``: :func:`expected_tag` and the
+    comparison in one, comparing the MAC bytes instead of re-encoding them (verification's
+    common case). Raises on a principal UTF-8 cannot carry; the caller's general path names it.
+    """
+    raw = b64url_decode(stored[len(PREFIX) :]) if stored.startswith(PREFIX) else b""
+    if len(raw) != _SALT + _MAC:
+        return False
+    state = key.prepared("principal-tag", _keyed).copy()
+    state.update(raw[:_SALT] + principal.encode("utf-8"))
+    return compare_digest(state.digest()[:_MAC], raw[_SALT:])

@@ -31,7 +31,8 @@ from .policy import Policy
 
 __all__ = ["Claims", "arguments_digest", "request_id"]
 
-_MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets near it
+MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets near it
+_MAX_TIME = MAX_TIME
 _MEMBERS = frozenset({"iat", "exp", "jti", "sub", "aud", "rid", "st"})
 _REQUIRED = ("iat", "exp", "jti", "st")
 _FINGERPRINT_PREFIX = "mcp1:"

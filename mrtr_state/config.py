@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .durations import parse_duration
 from .errors import ConfigError
@@ -42,9 +40,13 @@ from .policy import (
     default_retention,
 )
 
-__all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]
+if TYPE_CHECKING:
+    from pathlib import Path
 
-DEFAULT_KEYSET = Path("keys/keyset.json")
+# DEFAULT_KEYSET comes from the module's __getattr__ (a Path, made on demand).
+__all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]  # noqa: F822
+
+_DEFAULT_KEYSET_FILE = os.path.join("keys", "keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("max_size",)
 _DURATIONS = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every")
@@ -54,21 +56,104 @@ KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
 ENV_PREFIX = "MRTR_STATE_"
 
 
-@dataclass(frozen=True)
+def __getattr__(name: str) -> Any:
+    """``DEFAULT_KEYSET`` as a :class:`pathlib.Path`, made on demand: importing pathlib costs a
+    command's start-up more than the rest of this module."""
+    if name == "DEFAULT_KEYSET":
+        from pathlib import Path
+
+        return Path(_DEFAULT_KEYSET_FILE)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class Settings:
-    keyset_path: Path
+    """What flags, environment, config file and defaults decided, and where each came from.
+
+    Immutable. A plain class (no dataclass machinery) because every command builds one at
+    start-up. Paths are kept as text; :attr:`keyset_path` and :attr:`config_path` make
+    :class:`pathlib.Path` objects for callers that want them.
+    """
+
+    __slots__ = (
+        "audience",
+        "config_file",
+        "format",
+        "keyset_file",
+        "keyset_is_default",
+        "keyset_json",
+        "policy",
+        "propagation",
+        "replay_store",
+        "retention",
+        "rotate_every",
+        "sources",
+    )
+
+    keyset_file: str
     keyset_is_default: bool
     format: str
     audience: str | None
     policy: Policy
-    config_path: Path | None
-    propagation: int = DEFAULT_PROPAGATION
-    retention: int = default_retention()
-    rotate_every: int = DEFAULT_ROTATE_EVERY
-    keyset_json: str | None = None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
-    replay_store: str = "memory:"
+    config_file: str | None
+    propagation: int
+    retention: int
+    rotate_every: int
+    keyset_json: str | None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
+    replay_store: str
     #: Where each setting that was given came from: "--flag", "MRTR_STATE_X" or the config file.
-    sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str]
+
+    def __init__(
+        self,
+        *,
+        keyset_file: str,
+        keyset_is_default: bool,
+        format: str,
+        audience: str | None,
+        policy: Policy,
+        config_file: str | None,
+        propagation: int = DEFAULT_PROPAGATION,
+        retention: int | None = None,
+        rotate_every: int = DEFAULT_ROTATE_EVERY,
+        keyset_json: str | None = None,
+        replay_store: str = "memory:",
+        sources: Mapping[str, str] | None = None,
+    ) -> None:
+        values = {
+            "keyset_file": keyset_file,
+            "keyset_is_default": keyset_is_default,
+            "format": format,
+            "audience": audience,
+            "policy": policy,
+            "config_file": config_file,
+            "propagation": propagation,
+            "retention": default_retention() if retention is None else retention,
+            "rotate_every": rotate_every,
+            "keyset_json": keyset_json,
+            "replay_store": replay_store,
+            "sources": {} if sources is None else sources,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Settings are immutable; cannot set {name}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Settings({shown})"
+
+    @property
+    def keyset_path(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.keyset_file)
+
+    @property
+    def config_path(self) -> Path | None:
+        from pathlib import Path
+
+        return None if self.config_file is None else Path(self.config_file)
 
     def source_of(self, name: str) -> str:
         """Where setting ``name`` was set, for messages that tell the user what to change."""
@@ -76,10 +161,10 @@ class Settings:
 
     @property
     def keyset_source(self) -> str:
-        return KEYSET_JSON_ENV if self.keyset_json is not None else str(self.keyset_path)
+        return KEYSET_JSON_ENV if self.keyset_json is not None else self.keyset_file
 
 
-def _check_owner(path: Path, handle: Any) -> None:
+def _check_owner(path: str, handle: Any) -> None:
     """Refuse a config file another user could have written: it chooses the keyset and the caps.
 
     Owned by the running user or by root, and writable by nobody else (a config in a shared
@@ -100,11 +185,11 @@ def _check_owner(path: Path, handle: Any) -> None:
         )
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: str) -> dict[str, Any]:
     import tomllib  # deferred: most runs have no config file
 
     try:
-        with path.open("rb") as handle:
+        with open(path, "rb") as handle:
             _check_owner(path, handle)
             data = tomllib.load(handle)
     except FileNotFoundError:
@@ -120,7 +205,7 @@ def _read_file(path: Path) -> dict[str, Any]:
             f"known: {', '.join(sorted(_KNOWN))}"
         )
     if isinstance(data.get("keyset"), str) and data["keyset"]:
-        data["keyset"] = str(path.parent / data["keyset"])
+        data["keyset"] = os.path.join(os.path.dirname(path), data["keyset"])
     return data
 
 
@@ -147,7 +232,7 @@ def load_settings(
     *,
     config: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Settings:
     """Resolve settings: ``flags`` (None values ignored) beat ``env`` beats the file beats defaults.
 
@@ -157,19 +242,24 @@ def load_settings(
     is read, and it must belong to the running user or root and be writable by nobody else.
     """
     env = os.environ if env is None else env
-    folder = Path.cwd() if cwd is None else cwd
+    folder = os.getcwd() if cwd is None else os.fspath(cwd)
     chosen = config if config is not None else env.get("MRTR_STATE_CONFIG") or None
     named_keyset = (flags or {}).get("keyset") or env.get("MRTR_STATE_KEYSET") or None
-    beside = Path(named_keyset).parent / DEFAULT_CONFIG_NAME if named_keyset else None
-    config_path: Path | None
+    beside = (
+        os.path.join(os.path.dirname(os.fspath(named_keyset)), DEFAULT_CONFIG_NAME)
+        if named_keyset
+        else None
+    )
+    in_folder = os.path.join(folder, DEFAULT_CONFIG_NAME)
+    config_path: str | None
     if chosen is not None:
-        config_path = Path(chosen)
+        config_path = os.fspath(chosen)
         file_values = _read_file(config_path)
-    elif beside is not None and beside.is_file():
+    elif beside is not None and os.path.isfile(beside):
         config_path = beside
         file_values = _read_file(config_path)
-    elif (folder / DEFAULT_CONFIG_NAME).is_file():
-        config_path = folder / DEFAULT_CONFIG_NAME
+    elif os.path.isfile(in_folder):
+        config_path = in_folder
         file_values = _read_file(config_path)
     else:
         config_path, file_values = None, {}
@@ -211,12 +301,12 @@ def load_settings(
     inline = env.get(KEYSET_JSON_ENV) or None
     flagged = (flags or {}).get("keyset") is not None
     return Settings(
-        keyset_path=Path(keyset) if keyset else DEFAULT_KEYSET,
+        keyset_file=os.fspath(keyset) if keyset else _DEFAULT_KEYSET_FILE,
         keyset_is_default=keyset is None and inline is None,
         format=fmt,
         audience=merged.get("audience"),
         policy=policy,
-        config_path=config_path,
+        config_file=config_path,
         propagation=merged.get("propagation", DEFAULT_PROPAGATION),
         rotate_every=merged.get("rotate_every", DEFAULT_ROTATE_EVERY),
         retention=merged.get("retention", default_retention(policy.ttl_cap, policy.skew)),

@@ -21,12 +21,11 @@ mount): writing refuses it and says to change the source of truth instead.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import (
     KeysetError,
@@ -36,6 +35,9 @@ from .errors import (
     KeysetNotFound,
     KeysetPermissions,
 )
+
+if TYPE_CHECKING:  # writers get Path objects; readers take any path, and never import pathlib
+    from pathlib import Path
 
 __all__ = [
     "MAX_KEYSET_BYTES",
@@ -60,7 +62,7 @@ def _stamp_of(info: os.stat_result) -> Stamp:
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def stamp(path: Path) -> Stamp | None:
+def stamp(path: str | os.PathLike[str]) -> Stamp | None:
     """The stamp of the file ``path`` leads to now (symlinks followed), or None if there is none."""
     try:
         return _stamp_of(os.stat(path))
@@ -79,6 +81,8 @@ def keyset_lock(path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
     The lock lives in ``<keyset>.lock`` (never the keyset itself, which is replaced by rename and
     so would lose a lock taken on its old inode). The kernel drops it if the holder dies.
     """
+    import fcntl  # only writers lock
+
     check_writable(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock_file = _lock_path(path)
@@ -180,7 +184,7 @@ def _describe_access(bits: int) -> str:
     return ", ".join(parts)
 
 
-def read_keyset_file(path: Path) -> tuple[str, Stamp]:
+def read_keyset_file(path: str | os.PathLike[str]) -> tuple[str, Stamp]:
     """Read a keyset file that passes the permission rule; return its text and its stamp.
 
     Symlinks are followed and the file reached is judged through the open descriptor, so what is
@@ -217,7 +221,7 @@ def read_keyset_file(path: Path) -> tuple[str, Stamp]:
         raise KeysetInvalid(f"keyset {path} is not UTF-8 text") from None
 
 
-def _fix(path: Path, owner: int) -> str:
+def _fix(path: str | os.PathLike[str], owner: int) -> str:
     real = os.path.realpath(path)
     if owner == os.geteuid():
         return f"fix it with: chmod 600 {real}"
@@ -229,10 +233,10 @@ def _fix(path: Path, owner: int) -> str:
     return f"fix it with: chown {os.geteuid()} {real}, or run mrtr-state as uid {owner}"
 
 
-def _shown(path: Path) -> str:
+def _shown(path: str | os.PathLike[str]) -> str:
     """``path``, and the file it leads to when that is another (a symlink, a Secret mount)."""
     real = os.path.realpath(path)
-    return str(path) if real == os.path.abspath(path) else f"{path} (-> {real})"
+    return os.fspath(path) if real == os.path.abspath(path) else f"{path} (-> {real})"
 
 
 def write_keyset_text(path: Path, text: str, *, overwrite: bool) -> None:

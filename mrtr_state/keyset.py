@@ -19,9 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import keyfile
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
@@ -34,6 +32,9 @@ from .errors import (
     UnknownKey,
     WrongFormat,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
@@ -99,16 +100,62 @@ _KID = re.compile(r"[0-9a-f]{8}")
 _KEY_MEMBERS = frozenset({"kty", "kid", "alg", "k", "status", "since"})
 
 
-@dataclass(frozen=True, eq=False)
 class Key:
-    """One secret key. ``since`` maps each lifecycle status the key entered to when (unix s)."""
+    """One secret key. ``since`` maps each lifecycle status the key entered to when (unix s).
+
+    Immutable, compared by identity, and the secret never shown. A plain class rather than a
+    dataclass: the dataclass machinery would be most of a command's start-up work.
+    """
+
+    __slots__ = ("_prepared", "alg", "kid", "secret", "since", "status")
 
     kid: str
     alg: str
-    secret: bytes = field(repr=False)
-    status: str = "primary"
-    since: Mapping[str, int] = field(default_factory=dict)
-    _prepared: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    secret: bytes
+    status: str
+    since: Mapping[str, int]
+    _prepared: dict[str, Any]
+
+    def __init__(
+        self,
+        kid: str,
+        alg: str,
+        secret: bytes,
+        status: str = "primary",
+        since: Mapping[str, int] | None = None,
+        _prepared: dict[str, Any] | None = None,
+    ) -> None:
+        setter = object.__setattr__
+        setter(self, "kid", kid)
+        setter(self, "alg", alg)
+        setter(self, "secret", secret)
+        setter(self, "status", status)
+        setter(self, "since", {} if since is None else since)
+        setter(self, "_prepared", {} if _prepared is None else _prepared)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"keys are immutable; cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"keys are immutable; cannot delete {name}")
+
+    def __repr__(self) -> str:
+        return (
+            f"Key(kid={self.kid!r}, alg={self.alg!r}, status={self.status!r}, since={self.since!r})"
+        )
+
+    def _changed(self, *, prepared: dict[str, Any] | None = None, **changes: Any) -> Key:
+        """A copy with ``changes``, starting with no built primitives unless given ``prepared``
+        (those of a key with the same secret)."""
+        fields: dict[str, Any] = {
+            "kid": self.kid,
+            "alg": self.alg,
+            "secret": self.secret,
+            "status": self.status,
+            "since": self.since,
+        }
+        fields.update(changes)
+        return Key(**fields, _prepared=prepared)
 
     @property
     def key_id(self) -> bytes:
@@ -250,7 +297,7 @@ def _keep_prepared(key: Key, before: Key | None) -> Key:
     """``key``, sharing the primitives already built for the same secret (a status change)."""
     if before is None or before.alg != key.alg or before.secret != key.secret:
         return key
-    return replace(key, _prepared=before._prepared)
+    return key._changed(prepared=before._prepared)
 
 
 class _FileWatch:
@@ -258,7 +305,7 @@ class _FileWatch:
 
     __slots__ = ("interval", "lock", "next_check", "path", "problem", "stamp")
 
-    def __init__(self, path: Path, stamp: keyfile.Stamp, interval: float) -> None:
+    def __init__(self, path: str, stamp: keyfile.Stamp, interval: float) -> None:
         self.path = path
         self.stamp = stamp
         self.interval = interval
@@ -336,9 +383,9 @@ class Keyset:
         ``keyset.json -> ..data/keyset.json``) and the file reached must pass the permission
         rule of :mod:`mrtr_state.keyfile`.
         """
-        target = Path(path)
+        target = os.fspath(path)
         text, stamp = keyfile.read_keyset_file(target)
-        keyset = cls(_parse_keys(text, str(target)), source=str(target))
+        keyset = cls(_parse_keys(text, target), source=target)
         if reload_interval is not None:
             if reload_interval < 0:
                 raise ValueError(f"reload_interval must be >= 0 seconds, got {reload_interval}")
@@ -358,7 +405,11 @@ class Keyset:
     @property
     def path(self) -> Path | None:
         """The file this keyset follows, if it follows one."""
-        return None if self._watch is None else self._watch.path
+        if self._watch is None:
+            return None
+        from pathlib import Path  # not at import: a verify should not pay for pathlib
+
+        return Path(self._watch.path)
 
     @property
     def reload_error(self) -> KeysetError | None:
@@ -377,6 +428,8 @@ class Keyset:
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write the keyset atomically, mode 0600, under the writer lock."""
+        from pathlib import Path
+
         target = Path(path)
         with keyfile.keyset_lock(target):
             keyfile.write_keyset_text(target, self.to_json(), overwrite=overwrite)
@@ -394,6 +447,8 @@ class Keyset:
         With ``create`` a missing file counts as an empty keyset (``keys import`` on a new host).
         A symlinked or read-only keyset (a deployed copy) is refused before anything is read.
         """
+        from pathlib import Path
+
         target = Path(path)
         with keyfile.keyset_lock(target):
             try:
@@ -440,7 +495,7 @@ class Keyset:
         return Keyset(keys, source=self.source)
 
     def replace_key(self, key: Key, **changes: Any) -> Keyset:
-        changed = replace(key, _prepared={}, **changes)
+        changed = key._changed(**changes)
         return self.with_keys(changed if k is key else k for k in self)
 
     # --- lookups ---------------------------------------------------------------------------

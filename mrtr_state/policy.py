@@ -6,7 +6,7 @@ importing claim logic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -17,7 +17,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class Policy:
     """Lifetimes (seconds) and the token size cap (bytes).
 
@@ -26,22 +25,51 @@ class Policy:
     leaked key cannot be used to mint long-lived state that newer policy would not have issued.
     ``skew`` is how far in the future an ``iat`` may lie (clocks of replicas differ); ``exp`` gets
     no tolerance. ``max_size`` bounds every token before any decoding.
+
+    Immutable, equal by value. A plain class: every command builds one at start-up, where the
+    dataclass machinery would cost more than the command's own work.
     """
 
-    ttl: int = 300
-    ttl_cap: int = 3600
-    skew: int = 60
-    max_size: int = 8192
+    __slots__ = ("max_size", "skew", "ttl", "ttl_cap")
 
-    def __post_init__(self) -> None:
-        for name in ("ttl", "ttl_cap", "skew", "max_size"):
-            value = getattr(self, name)
+    ttl: int
+    ttl_cap: int
+    skew: int
+    max_size: int
+
+    def __init__(
+        self, ttl: int = 300, ttl_cap: int = 3600, skew: int = 60, max_size: int = 8192
+    ) -> None:
+        for name, value in (
+            ("ttl", ttl),
+            ("ttl_cap", ttl_cap),
+            ("skew", skew),
+            ("max_size", max_size),
+        ):
             if type(value) is not int or value < 0 or (value == 0 and name != "skew"):
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-        if self.ttl > self.ttl_cap:
-            raise ValueError(f"ttl {self.ttl} s exceeds the ttl cap {self.ttl_cap} s")
-        if self.max_size < 64:
-            raise ValueError(f"max_size {self.max_size} is too small for any token")
+            object.__setattr__(self, name, value)
+        if ttl > ttl_cap:
+            raise ValueError(f"ttl {ttl} s exceeds the ttl cap {ttl_cap} s")
+        if max_size < 64:
+            raise ValueError(f"max_size {max_size} is too small for any token")
+
+    def _values(self) -> tuple[int, int, int, int]:
+        return (self.ttl, self.ttl_cap, self.skew, self.max_size)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Policy is immutable; cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Policy:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return "Policy(ttl={}, ttl_cap={}, skew={}, max_size={})".format(*self._values())
 
 
 DEFAULT_POLICY = Policy()

@@ -17,19 +17,22 @@ requestStates, verified with the SDK's own checks, and never confused with eithe
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._encoding import (
+    MAX_DEPTH,
     EncodingError,
-    b64url_decode,
     b64url_encode,
+    compare_digest,
     json_bytes,
     json_loads,
     json_loads_object,
+    nesting_depth,
+    scan_json,
 )
 from ._entropy import random_bytes
-from .claims import Claims, check_claims, check_lifetime, claims_accepted, parse_claims
+from .claims import MAX_TIME as _MAX_TIME
+from .claims import Claims, check_claims, check_lifetime, parse_claims
 from .claims import request_id as make_request_id
 from .errors import (
     AudienceMismatch,
@@ -42,7 +45,7 @@ from .errors import (
     RequestMismatch,
     WrongFormat,
 )
-from .formats import Anatomy, Format, detect_format, get_format
+from .formats import Anatomy, Format, _loaded, detect_format, get_format
 from .policy import DEFAULT_POLICY, Policy
 
 if TYPE_CHECKING:
@@ -56,14 +59,19 @@ _SEALED = b"\x00"
 _SDK_ENVELOPE = b"\x01"
 
 
-@dataclass(frozen=True)
 class Minted:
     """A freshly minted token and the facts a caller may want to log about it."""
 
-    token: str
-    kid: str
-    format: str
-    claims: Claims
+    __slots__ = ("claims", "format", "kid", "token")
+
+    def __init__(self, *, token: str, kid: str, format: str, claims: Claims) -> None:
+        self.token = token
+        self.kid = kid
+        self.format = format
+        self.claims = claims
+
+    def __repr__(self) -> str:
+        return f"Minted(kid={self.kid!r}, format={self.format!r}, expires_at={self.expires_at!r})"
 
     @property
     def expires_at(self) -> float:
@@ -155,6 +163,8 @@ def _fit(token: str, policy: Policy, what: str) -> str:
 
 
 _SDK_FORMATS = frozenset({"mcp-py", "mcp-ts"})
+_new_tuple = tuple.__new__
+_same = compare_digest  # constant time; TypeError for non-ASCII text (the general path decides)
 
 
 def _seal_claims(
@@ -415,104 +425,183 @@ def verify(
     it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
     so a token refused for any other reason is never recorded.
     """
+    claims = None
     if (
         type(token) is str
-        and token.startswith("ms1.")
         and method is None
         and target is None
         and arguments is None
         and bind is None
-        and once is None
-        and (format is None or format == "aead")
         and len(token) <= policy.max_size
     ):
-        accepted = _verify_aead_quickly(keyset, token, principal, request_id, audience, now, policy)
-        if accepted is not None:
-            return accepted
-    if method is None and (target is not None or arguments is not None):
-        raise ValueError("target and arguments bind a request only together with its method")
+        claims = _verify_quickly(
+            keyset, token, principal, request_id, audience, format, now, policy
+        )
+    if claims is None:
+        claims = _verify_generally(
+            keyset,
+            token,
+            principal,
+            request_id,
+            audience,
+            format,
+            now,
+            policy,
+            _request(method, target, arguments, bind),
+        )
+    if once is not None:
+        text = token if isinstance(token, str) else token.decode("ascii")
+        from .replay import token_key
+
+        moment = time.time() if now is None else now
+        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
+            raise Replayed("replayed: this requestState was already redeemed")
+    return claims
+
+
+def _verify_generally(
+    keyset: Keyset,
+    token: str | bytes,
+    principal: str | None,
+    request_id: str | None,
+    audience: str | None,
+    format: str | None,
+    now: float | None,
+    policy: Policy,
+    request: _Request | None,
+) -> Claims:
+    """Every check of :func:`verify`, each failure named: for every token the quick path did not
+    accept (all rejections, the SDK formats, bytes)."""
+    wanted = request or _Request()
+    method, target, arguments, bind = wanted.method, wanted.target, wanted.arguments, wanted.bind
     fmt, key, plaintext = _open(keyset, token, format, policy)
     moment = time.time() if now is None else now
     try:
         if fmt.name not in _SDK_FORMATS and plaintext[:1] != _SDK_ENVELOPE:
-            if method is not None or bind is not None:
-                request_id = _own_request_id(request_id, _Request(method, target, arguments, bind))
+            if request is not None:
+                request_id = _own_request_id(request_id, request)
             claims = _claims_from(plaintext)
             if principal is not None and claims.sub is not None and not fmt.confidential:
                 from ._principal import expected_tag  # readable formats only
 
                 principal = expected_tag(key, claims.sub, principal)
             check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
-        else:  # an SDK token, or an SDK envelope sealed by KeysetCodec in one of our formats
-            if fmt.name not in _SDK_FORMATS:
-                fmt, plaintext = get_format("mcp-py"), plaintext[1:]
-            claims = _verify_sdk(
-                fmt,
-                key,
-                plaintext,
-                moment,
-                principal,
-                request_id,
-                audience,
-                method,
-                target,
-                arguments,
-                bind,
-                policy,
-            )
+            return claims
+        # an SDK token, or an SDK envelope sealed by KeysetCodec in one of our formats
+        if fmt.name not in _SDK_FORMATS:
+            fmt, plaintext = get_format("mcp-py"), plaintext[1:]
+        return _verify_sdk(
+            fmt,
+            key,
+            plaintext,
+            moment,
+            principal,
+            request_id,
+            audience,
+            method,
+            target,
+            arguments,
+            bind,
+            policy,
+        )
     except (TypeError, AttributeError, UnicodeError):
         _check_stated(principal, request_id, audience, bind)
         raise
-    if once is not None:
-        text = token if isinstance(token, str) else token.decode("ascii")
-        from .replay import token_key
-
-        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
-            raise Replayed("replayed: this requestState was already redeemed")
-    return claims
 
 
-def _verify_aead_quickly(
+def _verify_quickly(
     keyset: Keyset,
     token: str,
     principal: str | None,
     request_id: str | None,
     audience: str | None,
+    format: str | None,
     now: float | None,
     policy: Policy,
 ) -> Claims | None:
-    """The common case of :func:`verify` (a well-formed, valid aead token) in one straight run.
+    """The common case of :func:`verify` (a valid token of one of our own formats) in one
+    straight run: the format's quick opening, then :func:`mrtr_state.claims.parse_claims` and
+    :func:`mrtr_state.claims.check_claims` folded into one accepting test.
 
     Returns the claims only if every check of the general path passes; on anything else (an
     unknown key, a bad tag, a claim out of shape, a mismatch, an exception) it returns None and
     the general path runs, which finds the same outcome and names its precise reason. So this
     accepts nothing the general path would refuse, and refuses nothing itself.
     """
-    if not token.startswith("ms1."):
-        return None
     try:
-        raw = b64url_decode(token[4:])
-        route = keyset.derived(_AEAD_ROUTES, _aead_routes).get(raw[:4])
-        if route is None or len(raw) < 32:
+        if token.startswith("ms1."):
+            name = "aead"
+        elif token.startswith("eyJ"):
+            name = "jws" if token.count(".") == 2 else "jwe"
+        else:
             return None
-        _key, cipher, associated = route
-        plaintext = cipher.decrypt(raw[4:16], raw[16:], associated)
-        claims = parse_claims(json_loads_object(plaintext))
+        if format is not None and format != name:
+            return None
+        fmt = _loaded.get(name) or get_format(name)
+        opened = fmt.open_quickly(keyset, token)  # type: ignore[attr-defined]
+        if opened is None:
+            return None
+        key, plaintext = opened
+        if plaintext[:1] != b"{":  # a sealed payload or an SDK envelope
+            return None
+        text = plaintext.decode("utf-8")
+        document, end = scan_json(text, 0)
+        if end != len(text) or type(document) is not dict:
+            return None
+        if text.count("{") + text.count("[") > MAX_DEPTH and nesting_depth(document) > MAX_DEPTH:
+            return None
+        iat, exp, jti = document["iat"], document["exp"], document["jti"]
+        get = document.get
+        sub, aud, rid = get("sub"), get("aud"), get("rid")
         moment = time.time() if now is None else now
-        if claims_accepted(claims, moment, policy, sub=principal, aud=audience, rid=request_id):
-            return claims
+        if (
+            type(iat) is int
+            and type(exp) is int
+            and type(jti) is str
+            and jti
+            and iat >= 0
+            and exp < _MAX_TIME
+            and 0 < exp - iat <= policy.ttl_cap
+            and iat <= moment + policy.skew
+            and moment < exp
+            and "st" in document
+            and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
+            and (
+                (aud is None and audience is None)
+                or (type(aud) is str and aud and audience is not None and _same(aud, audience))
+            )
+            and (
+                (rid is None and request_id is None)
+                or (type(rid) is str and rid and request_id is not None and _same(rid, request_id))
+            )
+            and (
+                (sub is None and principal is None)
+                or (
+                    type(sub) is str
+                    and sub
+                    and principal is not None
+                    and (
+                        _same(sub, principal)
+                        if fmt.confidential
+                        else _tag_matches(key, sub, principal)
+                    )
+                )
+            )
+        ):
+            return _new_tuple(Claims, (document["st"], iat, exp, jti, sub, aud, rid, None))
     except Exception:  # every failure is the general path's to explain
         return None
     return None
 
 
-_AEAD_ROUTES = "aead-routes"
+def _tag_matches(key: Key, stored: str, principal: str) -> bool:
+    """:func:`mrtr_state._principal.tag_matches`, its module imported on first use only (an
+    import statement on every call would cost more than the comparison)."""
+    global _tag_matches
+    from ._principal import tag_matches
 
-
-def _aead_routes(keys: tuple[Key, ...]) -> Any:
-    from .formats import aead
-
-    return aead.FORMAT._routes(keys)
+    _tag_matches = tag_matches
+    return tag_matches(key, stored, principal)
 
 
 def _verify_sdk(
@@ -635,17 +724,35 @@ def open_envelope(
     return fmt.name, plaintext[1:]
 
 
-@dataclass(frozen=True)
 class Inspection:
     """What :func:`inspect` found. ``verified`` is true only if every check that ran passed."""
 
-    anatomy: Anatomy
-    verified: bool
-    key_status: str | None = None
-    claims: dict[str, Any] | None = None
-    sealed_bytes: int | None = None
-    problem: InvalidToken | None = None
-    notes: tuple[str, ...] = field(default=())
+    __slots__ = ("anatomy", "claims", "key_status", "notes", "problem", "sealed_bytes", "verified")
+
+    def __init__(
+        self,
+        *,
+        anatomy: Anatomy,
+        verified: bool,
+        key_status: str | None = None,
+        claims: dict[str, Any] | None = None,
+        sealed_bytes: int | None = None,
+        problem: InvalidToken | None = None,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        self.anatomy = anatomy
+        self.verified = verified
+        self.key_status = key_status
+        self.claims = claims
+        self.sealed_bytes = sealed_bytes
+        self.problem = problem
+        self.notes = notes
+
+    def __repr__(self) -> str:
+        return (
+            f"Inspection(format={self.format!r}, kid={self.kid!r}, verified={self.verified!r}, "
+            f"problem={self.problem!r})"
+        )
 
     @property
     def format(self) -> str:

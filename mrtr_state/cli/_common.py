@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -128,9 +127,10 @@ def read_state(value: str | None) -> Any:
             raise click.UsageError(f"the state on stdin is over {MAX_STATE_BYTES} bytes")
         return parse_json(data.decode("utf-8", "replace"), "the state on stdin")
     if value.startswith("@"):
-        path = Path(value[1:])
+        path = value[1:]
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
         except (OSError, UnicodeDecodeError) as err:
             raise click.UsageError(f"cannot read state file {path}: {err}") from None
         return parse_json(text, f"state file {path}")

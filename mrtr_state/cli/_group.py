@@ -98,7 +98,7 @@ class App:
 
         if settings.keyset_json is not None:
             return Keyset.from_json(settings.keyset_json, source=KEYSET_JSON_ENV)
-        return Keyset.load(settings.keyset_path)
+        return Keyset.load(settings.keyset_file)
 
     def writable_path(self, settings: Settings) -> Path:
         """The keyset file a command may write; refuses the read-only inline keyset."""

@@ -270,7 +270,7 @@ def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
         if not settings.keyset_is_default:
             raise
         keyset = None  # no keyset at the default path: inspect works without one
-    keyset_source = None if keyset is None else str(settings.keyset_path)
+    keyset_source = None if keyset is None else settings.keyset_file
     if source != "-":
         _inspect_one(single_token(source, limit), keyset, keyset_source, settings, as_json)
         return

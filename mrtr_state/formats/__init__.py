@@ -10,7 +10,6 @@ from the key, never from the token.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import MalformedToken
@@ -21,22 +20,39 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT_NAMES", "OWN_FORMAT_NAMES", "Anatomy", "Format", "detect_format", "get_format"]
 
 
-@dataclass(frozen=True)
 class Anatomy:
     """What can be read from a token without its key.
 
     ``segments`` split the token text itself, in order, into labelled pieces that join back to
     the token (for colouring). ``fields`` are decoded facts (key id, nonce, sizes). ``readable``
     holds the payload bytes when the format does not encrypt them.
+
+    A plain record (no dataclass machinery, which would cost every command's start-up).
     """
 
-    format: str
-    kid: str
-    segments: tuple[tuple[str, str], ...]
-    fields: tuple[tuple[str, str], ...]
-    confidential: bool
-    header: dict[str, object] | None = None
-    readable: bytes | None = field(default=None, repr=False)
+    __slots__ = ("confidential", "fields", "format", "header", "kid", "readable", "segments")
+
+    def __init__(
+        self,
+        *,
+        format: str,
+        kid: str,
+        segments: tuple[tuple[str, str], ...],
+        fields: tuple[tuple[str, str], ...],
+        confidential: bool,
+        header: dict[str, object] | None = None,
+        readable: bytes | None = None,
+    ) -> None:
+        self.format = format
+        self.kid = kid
+        self.segments = segments
+        self.fields = fields
+        self.confidential = confidential
+        self.header = header
+        self.readable = readable
+
+    def __repr__(self) -> str:
+        return f"Anatomy(format={self.format!r}, kid={self.kid!r}, fields={self.fields!r})"
 
 
 class Format(Protocol):

@@ -10,7 +10,6 @@ refused before any key is looked up. The header is parsed only to say *why* it w
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
@@ -26,39 +25,45 @@ _KID = re.compile(r"[0-9a-f]{8}")
 DANGEROUS_MEMBERS = frozenset({"jku", "x5u", "jwk", "x5c", "crit", "zip", "p2s", "p2c", "epk"})
 
 
-@dataclass(frozen=True)
 class ExactHeader:
     """The one header a format writes: fixed members around the key id, nothing else."""
 
-    what: str  # "jws" or "jwe"
-    fixed: tuple[tuple[str, str], ...]  # members before kid, in order, e.g. (("alg", "HS256"),)
+    __slots__ = ("_prefix", "_suffix", "_table", "alg", "fixed", "what")
 
-    @property
-    def _prefix(self) -> bytes:
-        members = "".join(f'"{name}":"{value}",' for name, value in self.fixed)
-        return ("{" + members + '"kid":"').encode("ascii")
-
-    @property
-    def _suffix(self) -> bytes:
-        return f'","typ":"{TYP}"}}'.encode("ascii")
+    def __init__(self, what: str, fixed: tuple[tuple[str, str], ...], alg: str) -> None:
+        self.what = what  # "jws" or "jwe"
+        self.fixed = fixed  # members before kid, in order, e.g. (("alg", "HS256"),)
+        self.alg = alg  # the key algorithm whose keys this header names
+        members = "".join(f'"{name}":"{value}",' for name, value in fixed)
+        self._prefix = ("{" + members + '"kid":"').encode("ascii")
+        self._suffix = f'","typ":"{TYP}"}}'.encode("ascii")
+        self._table = f"{what}-headers"
 
     def encode(self, kid: str) -> str:
         """The base64url header segment for ``kid``."""
         return b64url_encode(self._prefix + kid.encode("ascii") + self._suffix)
 
-    def key_for(self, keyset: Keyset, segment: str, alg: str) -> Key:
-        """The key whose exact header is ``segment``: one dictionary look-up on the hot path.
+    def _by_header(self, keys: tuple[Key, ...]) -> dict[str, Key]:
+        """Each usable key's exact header segment -> the key (built once per keyset version)."""
+        return {
+            self.encode(key.kid): key
+            for key in keys
+            if key.alg == self.alg and key.status != "retired"
+        }
 
-        Anything else (a foreign header, an unknown or retired key) takes the slow path, which
-        names the precise reason.
+    def usable_key(self, keyset: Keyset, segment: str) -> Key | None:
+        """The usable key whose exact header is ``segment``, or None: one dictionary look-up."""
+        return keyset.derived(self._table, self._by_header).get(segment)
+
+    def key_for(self, keyset: Keyset, segment: str) -> Key:
+        """The key whose exact header is ``segment``, or the precise refusal.
+
+        Anything but a usable key's exact header (a foreign header, an unknown or retired key)
+        takes the slow path, which names the reason.
         """
-        by_header = keyset.derived(
-            f"{self.what}-headers",
-            lambda keys: {self.encode(key.kid): key for key in keys if key.alg == alg},
-        )
-        key = by_header.get(segment)
-        if key is None or key.status == "retired":
-            return keyset.verifying_key(self.kid_of(segment), alg)
+        key = self.usable_key(keyset, segment)
+        if key is None:
+            return keyset.verifying_key(self.kid_of(segment), self.alg)
         return key
 
     def kid_of(self, segment: str) -> str:

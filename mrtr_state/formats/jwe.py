@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import EncodingError, b64url_encode, json_loads
+from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
 from .._entropy import random_bytes
 from ..errors import MalformedToken, WrongFormat
 from . import Anatomy, detect_format
@@ -23,9 +23,10 @@ from ._primitives import AESGCM, gcm_open
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-HEADER = ExactHeader("jwe", (("alg", "dir"), ("enc", "A256GCM")))
+HEADER = ExactHeader("jwe", (("alg", "dir"), ("enc", "A256GCM")), "dir+A256GCM")
 _KEY_BYTES = {"A128GCM": 16, "A192GCM": 24, "A256GCM": 32}
 _TAG = 16
+_ROUTES = "jwe-routes"
 
 
 def _decrypt(cipher: AESGCM, header: str, iv: str, ciphertext: str, tag: str) -> bytes:
@@ -65,8 +66,35 @@ class JweFormat:
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
         header, _key, iv, ciphertext, tag = self._split(token)
-        key = HEADER.key_for(keyset, header, self.alg)
+        key = HEADER.key_for(keyset, header)
         return key, _decrypt(key.prepared(self.alg, AESGCM), header, iv, ciphertext, tag)
+
+    def _routes(self, keys: tuple[Key, ...]) -> dict[str, tuple[Key, AESGCM, bytes]]:
+        """Each usable key's exact header segment -> the key, its cipher and the associated data
+        (the segment's ASCII, RFC 7516 section 5.1)."""
+        routes = {}
+        for segment, key in HEADER._by_header(keys).items():
+            routes[segment] = (key, key.prepared(self.alg, AESGCM), segment.encode("ascii"))
+        return routes
+
+    def open_quickly(self, keyset: Keyset, token: str) -> tuple[Key, bytes] | None:
+        """:meth:`open` for a well-formed token of a usable key, in one straight run.
+
+        None, or any exception, sends the caller to :meth:`open`, which decides again and names
+        the reason. The iv (16 digits) and tag (22) must have the lengths of 12 and 16 bytes, as
+        :meth:`open` requires; a 16-digit iv holds whole bytes, so it decodes together with the
+        ciphertext exactly as it would alone.
+        """
+        header, encrypted_key, iv, ciphertext, tag = token.split(".")
+        if encrypted_key or len(iv) != 16 or len(tag) != 22:
+            return None
+        route = keyset.derived(_ROUTES, self._routes).get(header)
+        if route is None:
+            return None
+        key, cipher, associated = route
+        opened = b64url_decode(iv + ciphertext)
+        sealed = opened[12:] + b64url_decode(tag)
+        return key, cipher.decrypt(opened[:12], sealed, associated)
 
     def anatomy(self, token: str) -> Anatomy:
         header, _key, iv, ciphertext, tag = self._split(token)
