@@ -510,8 +510,14 @@ class Keyset:
         return f"Keyset({self.source!r}, {len(self)} keys)"
 
     def derived(self, purpose: str, build: Callable[[tuple[Key, ...]], T]) -> T:
-        """A look-up table built once per version of the keyset, e.g. exact JOSE headers."""
-        table = self._current()
+        """A look-up table built once per version of the keyset, e.g. exact JOSE headers.
+
+        On every verification's path: the reload check of :meth:`_current` is written out here.
+        """
+        watch = self._watch
+        if watch is not None and time.monotonic() >= watch.next_check:
+            watch.refresh(self, wait=False)
+        table = self._table
         try:
             return table.derived[purpose]  # type: ignore[no-any-return]
         except KeyError:

@@ -27,6 +27,7 @@ from ._encoding import (
     EncodingError,
     b64url_decode,
     b64url_encode,
+    compare_digest,
     json_loads_object,
     one_shot_encoder,
 )
@@ -58,6 +59,11 @@ FUTURE_SKEW = 60.0
 _PRINCIPAL_LABEL = b"mcp/request-state/principal:"
 _BIND_LABEL = b"mcp.requestState.bind:"
 _MCP_PY_MEMBERS = frozenset({"v", "iat", "exp", "m", "t", "a", "s", "aud", "p"})
+_MCP_TS_MEMBERS = frozenset({"p", "exp", "b"})
+
+
+_new_tuple = tuple.__new__
+_isfinite = math.isfinite
 
 
 def _number(value: object) -> TypeGuard[float]:
@@ -149,25 +155,25 @@ def check_mcp_py(
         raise InvalidClaims(f"mcp-py envelope: {err}") from None
     if type(document) is not dict or not document.keys() <= _MCP_PY_MEMBERS:
         raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
-    iat, exp, state = document.get("iat"), document.get("exp"), document.get("s")
-    if document.get("v") != 1 or not isinstance(state, str):
+    get = document.get
+    iat, exp, state = get("iat"), get("exp"), get("s")
+    if get("v") != 1 or type(state) is not str:
         raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
-    if not (_number(iat) and iat <= now + FUTURE_SKEW):
+    # _number() written out for the common case (float times): this runs on every retry
+    if not (
+        (type(iat) is float or type(iat) is int) and _isfinite(iat) and iat <= now + FUTURE_SKEW
+    ):
         raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
-    if not (_number(exp) and now < exp):
+    if not ((type(exp) is float or type(exp) is int) and _isfinite(exp) and now < exp):
         raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
     if ttl_cap is not None and not exp - iat <= ttl_cap:
         raise InvalidClaims(_over_cap(exp - iat, ttl_cap))
     expected_target, digest = _target_and_digest(method, target, arguments)
-    if (document.get("m"), document.get("t"), document.get("a")) != (
-        method,
-        expected_target,
-        digest,
-    ):
+    if get("m") != method or get("t") != expected_target or get("a") != digest:
         raise RequestMismatch("request mismatch")
-    if document.get("aud") != audience:
+    if get("aud") != audience:
         raise AudienceMismatch("audience mismatch")
-    claim = document.get("p")
+    claim = get("p")
     if (claim is None) != (principal is None):
         raise PrincipalMismatch(
             "principal mismatch: the token is bound to a principal; give it to verify"
@@ -180,20 +186,28 @@ def check_mcp_py(
         and not (isinstance(claim, str) and _principal_matches(claim, principal))
     ):
         raise PrincipalMismatch("principal mismatch")
-    return Claims(
-        state=state,
-        iat=iat,
-        exp=exp,
-        jti=None,
-        sub=claim if isinstance(claim, str) else None,
-        aud=document.get("aud"),
-        rid=f"{method} {expected_target} {digest}",
-        raw=document,
+    # Claims(state, iat, exp, jti, sub, aud, rid, raw), built as the tuple it is
+    return _new_tuple(
+        Claims,
+        (
+            state,
+            iat,
+            exp,
+            None,
+            claim if isinstance(claim, str) else None,
+            get("aud"),
+            f"{method} {expected_target} {digest}",
+            document,
+        ),
     )
 
 
+def _bind_keyed(secret: bytes) -> Any:
+    return hmac_key(secret, _BIND_LABEL)
+
+
 def bind_tag(key: Key, value: str) -> str:
-    state = key.prepared("mcp-ts-bind", lambda secret: hmac_key(secret, _BIND_LABEL)).copy()
+    state = key.prepared("mcp-ts-bind", _bind_keyed).copy()
     state.update(value.encode("utf-8"))
     return b64url_encode(state.digest()[:16])
 
@@ -222,29 +236,29 @@ def check_mcp_ts(
         document = json_loads_object(plaintext)
     except EncodingError as err:
         raise InvalidClaims(f"mcp-ts body: {err}") from None
-    if type(document) is not dict or not document.keys() <= {"p", "exp", "b"}:
+    if type(document) is not dict or not document.keys() <= _MCP_TS_MEMBERS:
         raise InvalidClaims("mcp-ts body is not the SDK's {p, exp, b} object")
     if "p" not in document:
         raise InvalidClaims("mcp-ts body lacks its payload p")
     exp = document.get("exp")
-    if not (_number(exp) and now < exp):
+    if not ((type(exp) is int or type(exp) is float) and _isfinite(exp) and now < exp):
         raise ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
     if ttl_cap is not None and not exp - now <= ttl_cap:
         raise InvalidClaims(_over_cap(exp - now, ttl_cap))
     tag = document.get("b")
+    if tag is not None and bind is not None and type(tag) is str:  # the common case first
+        if compare_digest(tag, bind_tag(key, bind)):
+            return _new_tuple(Claims, (document["p"], None, exp, None, None, None, None, document))
+        raise RequestMismatch("bind mismatch")
     if (tag is None) != (bind is None):
         raise RequestMismatch(
             "bind mismatch: the token carries a bind tag; give --bind to verify"
             if bind is None
             else "bind mismatch: the token carries no bind tag, but one was given"
         )
-    if (
-        tag is not None
-        and bind is not None
-        and not (isinstance(tag, str) and hmac.compare_digest(tag, bind_tag(key, bind)))
-    ):
+    if tag is not None:  # a bind value was given, and the tag is not even text
         raise RequestMismatch("bind mismatch")
-    return Claims(state=document["p"], iat=None, exp=exp, jti=None, raw=document)
+    return _new_tuple(Claims, (document["p"], None, exp, None, None, None, None, document))
 
 
 def lifetime_problem(envelope: Any, now: float, ttl_cap: float) -> InvalidToken | None:

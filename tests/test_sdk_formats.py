@@ -355,3 +355,48 @@ def test_sdk_tokens_refuse_bindings_they_cannot_carry() -> None:
         ms.verify(py, py_token, request_id="r")
     with pytest.raises(ValueError, match="mcp-ts tokens only"):
         ms.verify(py, py_token, method="tools/call", target="t", bind="b")
+
+
+def test_sdk_tokens_meet_the_same_fate_on_the_quick_and_the_general_path() -> None:
+    """verify() opens SDK tokens given as text on a short path; bytes take the general one.
+    Every binding a caller might state (right, wrong, or not applicable to the format) must
+    give the same outcome on both: the same claims, or the same error class."""
+    secret = b"s" * 32
+    keyset = ms.Keyset(
+        [Key.from_secret("mcp-py-v1", secret), Key.from_secret("mcp-ts-v1", b"t" * 32)]
+    )
+    request = {"method": "tools/call", "target": "deploy", "arguments": {"env": "prod"}}
+    py = ms.mint(keyset, "{}", format="mcp-py", principal="alice", audience="fleet", **request)
+    ts = ms.mint(keyset, {"step": 1}, format="mcp-ts", bind="alice|deploy")
+    ts_unbound = ms.mint(keyset, {"step": 1}, format="mcp-ts")
+    stated: list[dict[str, Any]] = [
+        {},
+        {"principal": "alice", "audience": "fleet", **request},
+        {"principal": "bob", "audience": "fleet", **request},
+        {"principal": "alice", "audience": "fleet", **request, "arguments": {"env": "dev"}},
+        {"principal": "alice", "audience": "fleet", **request, "bind": "x"},
+        {"principal": "alice", "audience": "fleet", **request, "request_id": "r"},
+        {"principal": "alice", "audience": "fleet", **request, "format": "mcp-ts"},
+        {"bind": "alice|deploy"},
+        {"bind": "alice|deploy", "principal": "alice"},
+        {"bind": "alice|deploy", "audience": "fleet"},
+        {"bind": "alice|deploy", "request_id": "r"},
+        {"bind": "alice|deploy", "target": "deploy"},
+        {"bind": "alice|deploy", "arguments": {}},
+        {"bind": "alice|deploy", "format": "mcp-py"},
+        {"bind": "mallory|deploy"},
+        {"bind": "ünï"},
+        {"target": "deploy"},
+    ]
+    accepted = 0
+    for token in (py, ts, ts_unbound, *mutations(ts)[::7], *mutations(py)[::9]):
+        for binding in stated:
+            outcomes: list[Any] = []
+            for form in (token, token.encode()):
+                try:
+                    outcomes.append(ms.verify(keyset, form, **binding))
+                except (ms.InvalidToken, ValueError) as err:
+                    outcomes.append(type(err))
+            assert outcomes[0] == outcomes[1], (token, binding)
+            accepted += isinstance(outcomes[0], ms.Claims)
+    assert accepted == 3  # each token with exactly its own binding

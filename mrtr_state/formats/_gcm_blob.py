@@ -43,6 +43,7 @@ class GcmBlobFormat:
         self._cipher = cipher
         self._key_note = key_note
         self._routes_name = f"{name}-routes"
+        self._build_routes = self._routes  # one bound method, not one per verification
         self._sealer_name = f"{name}-sealer"
 
     def _sealer(self, key: Key) -> tuple[bytes, AESGCM, bytes]:
@@ -107,7 +108,7 @@ class GcmBlobFormat:
         if not token.startswith(prefix):
             return None
         raw = b64url_decode(token[len(prefix) :])
-        route = keyset.derived(self._routes_name, self._routes).get(raw[:4])
+        route = keyset.derived(self._routes_name, self._build_routes).get(raw[:4])
         if route is None or len(raw) < _HEADER + _TAG:
             return None
         key, cipher, associated = route

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._encoding import b64url_encode
+from .._encoding import b64url_encode, compare_digest
 from ..errors import BadSignature, MalformedToken, UnknownKey, WrongFormat
 from . import Anatomy
 from ._jose import decode_segment, split_compact
-from ._primitives import hmac_key, hmac_sha256, mac_matches
+from ._primitives import Keyed, hmac_key, hmac_sha256
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
@@ -28,6 +28,9 @@ class McpTsFormat:
     alg = "mcp-ts-v1"
     confidential = False
 
+    def __init__(self) -> None:
+        self._build_candidates = self._candidates  # one bound method, not one per verification
+
     def seal(self, key: Key, plaintext: bytes) -> str:
         signed = PREFIX + b64url_encode(plaintext)
         mac = hmac_sha256(key.prepared(self.alg, hmac_key), signed.encode("ascii"))
@@ -39,25 +42,29 @@ class McpTsFormat:
         _prefix, body, mac = split_compact(token, 3, "mcp-ts")
         return body, mac
 
-    def _candidates(self, keys: tuple[Key, ...]) -> list[Key]:
-        """The usable mcp-ts keys, primary first (tokens carry no key id: see DESIGN)."""
+    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
+        """The usable mcp-ts keys with their keyed HMAC states, primary first (tokens carry no
+        key id: see DESIGN)."""
         usable = [k for k in keys if k.alg == self.alg and k.can_verify]
-        return sorted(usable, key=lambda k: k.status != "primary")
+        ordered = sorted(usable, key=lambda k: k.status != "primary")
+        return [(key, key.prepared(self.alg, hmac_key)) for key in ordered]
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
         body, mac_text = self._split(token)
         mac = decode_segment(mac_text, "mcp-ts MAC")
         if len(mac) != 32:
             raise MalformedToken(f"mcp-ts MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
-        candidates = keyset.derived("mcp-ts-candidates", self._candidates)
+        candidates = keyset.derived("mcp-ts-candidates", self._build_candidates)
         if not candidates:
             raise UnknownKey(
                 "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "
                 "mrtr-state keys import --alg mcp-ts-v1 --secret-file FILE"
             )
-        signed = (PREFIX + body).encode("ascii")
-        for key in candidates:
-            if mac_matches(key.prepared(self.alg, hmac_key), signed, mac):
+        signed = token[: len(PREFIX) + len(body)].encode("ascii")
+        for key, keyed in candidates:
+            state = keyed.copy()
+            state.update(signed)
+            if compare_digest(state.digest(), mac):
                 return key, decode_segment(body, "mcp-ts body")
         raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
 
