@@ -365,7 +365,11 @@ def test_sdk_tokens_meet_the_same_fate_on_the_quick_and_the_general_path() -> No
     keyset = ms.Keyset(
         [Key.from_secret("mcp-py-v1", secret), Key.from_secret("mcp-ts-v1", b"t" * 32)]
     )
-    request = {"method": "tools/call", "target": "deploy", "arguments": {"env": "prod"}}
+    request: dict[str, Any] = {
+        "method": "tools/call",
+        "target": "deploy",
+        "arguments": {"env": "prod"},
+    }
     py = ms.mint(keyset, "{}", format="mcp-py", principal="alice", audience="fleet", **request)
     ts = ms.mint(keyset, {"step": 1}, format="mcp-ts", bind="alice|deploy")
     ts_unbound = ms.mint(keyset, {"step": 1}, format="mcp-ts")
