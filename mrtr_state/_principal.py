@@ -32,7 +32,8 @@ def _keyed(secret: bytes) -> Keyed:
 
 
 def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:
-    """A fresh tag of ``principal`` under ``key`` (a random salt unless one is given)."""
+    """A tag of ``principal`` under ``key``: with ``salt`` (8 bytes drawn fresh by the caller,
+    or a stored tag's own), else a random one."""
     chosen = random_bytes(_SALT) if salt is None else salt
     state = key.prepared("principal-tag", _keyed).copy()
     state.update(chosen + principal.encode("utf-8"))

@@ -192,25 +192,27 @@ def _seal_claims(
     if request is not None:
         request_id = _own_request_id(request_id, request)
     iat = int(time.time() if now is None else now)
+    # Every random byte this token needs, in one system call: the jti (16), then the nonce (12)
+    # of an encrypted format or the salt (8) of a principal tag. Each token draws its own.
+    fresh = random_bytes(28)
     claims: dict[str, Any] = {
         "iat": iat,
         "exp": iat + _check_ttl(ttl, policy),
-        "jti": b64url_encode(random_bytes(16)),
+        "jti": b64url_encode(fresh[:16]),
     }
     if principal is not None:
         _check_text("principal", principal)
         if fmt.confidential:
             claims["sub"] = principal
         else:
-            from ._principal import principal_tag
-
-            claims["sub"] = principal_tag(key, principal)
+            claims["sub"] = _tags().principal_tag(key, principal, fresh[16:24])
     if audience is not None:
         claims["aud"] = _check_text("audience", audience)
     if request_id is not None:
         claims["rid"] = _check_text("request id", request_id)
     claims["st"] = state
-    return _fit(fmt.seal(key, json_bytes(claims)), policy, "this state"), key, claims
+    nonce = fresh[16:] if fmt.confidential else None
+    return _fit(fmt.seal(key, json_bytes(claims), nonce), policy, "this state"), key, claims
 
 
 class _Request:
@@ -516,9 +518,7 @@ def _verify_generally(
                 request_id = _own_request_id(request_id, request)
             claims = _claims_from(plaintext)
             if principal is not None and claims.sub is not None and not fmt.confidential:
-                from ._principal import expected_tag  # readable formats only
-
-                principal = expected_tag(key, claims.sub, principal)
+                principal = _tags().expected_tag(key, claims.sub, principal)
             check_claims(claims, moment, policy, sub=principal, aud=audience, rid=request_id)
             return claims
         # an SDK token, or an SDK envelope sealed by KeysetCodec in one of our formats
@@ -637,7 +637,11 @@ def _accepted_claims(
                 type(sub) is str
                 and sub
                 and principal is not None
-                and (_same(sub, principal) if confidential else _tag_matches(key, sub, principal))
+                and (
+                    _same(sub, principal)
+                    if confidential
+                    else _tags().tag_matches(key, sub, principal)
+                )
             )
         )
     ):
@@ -645,14 +649,18 @@ def _accepted_claims(
     return None
 
 
-def _tag_matches(key: Key, stored: str, principal: str) -> bool:
-    """:func:`mrtr_state._principal.tag_matches`, its module imported on first use only (an
-    import statement on every call would cost more than the comparison)."""
-    global _tag_matches
-    from ._principal import tag_matches
+_TAGS: Any = None
 
-    _tag_matches = tag_matches
-    return tag_matches(key, stored, principal)
+
+def _tags() -> Any:
+    """The principal-tag module (readable formats only), imported on first use: an import
+    statement on every call would cost more than the tag itself."""
+    global _TAGS
+    if _TAGS is None:
+        from . import _principal
+
+        _TAGS = _principal
+    return _TAGS
 
 
 def _verify_sdk(

@@ -62,8 +62,13 @@ class Format(Protocol):
     alg: str
     confidential: bool
 
-    def seal(self, key: Key, plaintext: bytes) -> str:
-        """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`)."""
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+        """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`).
+
+        ``nonce``: 12 random bytes the caller drew fresh for this token alone (minting draws a
+        token's nonce and ``jti`` in one system call), or None to draw them here. Formats
+        without a nonce ignore it.
+        """
         ...
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:

@@ -51,12 +51,13 @@ class GcmBlobFormat:
         key_id = key.key_id
         return key_id, key.prepared(self.alg, self._cipher), self._prefix_bytes + key_id
 
-    def seal(self, key: Key, plaintext: bytes) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
         sealer = key._prepared.get(self._sealer_name)
         if sealer is None:
             sealer = key._prepared[self._sealer_name] = self._sealer(key)
         key_id, cipher, associated = sealer
-        nonce = random_bytes(12)
+        if nonce is None:
+            nonce = random_bytes(12)
         sealed = cipher.encrypt(nonce, plaintext, associated)
         return self._prefix + b64url_encode(key_id + nonce + sealed)
 

@@ -27,6 +27,7 @@ HEADER = ExactHeader("jwe", (("alg", "dir"), ("enc", "A256GCM")), "dir+A256GCM")
 _KEY_BYTES = {"A128GCM": 16, "A192GCM": 24, "A256GCM": 32}
 _TAG = 16
 _ROUTES = "jwe-routes"
+_SEALER = "jwe-sealer"
 
 
 def _decrypt(cipher: AESGCM, header: str, iv: str, ciphertext: str, tag: str) -> bytes:
@@ -45,11 +46,19 @@ class JweFormat:
     alg = "dir+A256GCM"
     confidential = True
 
-    def seal(self, key: Key, plaintext: bytes) -> str:
-        header = key.prepared("jwe-header", lambda _secret: HEADER.encode(key.kid))
-        cipher = key.prepared(self.alg, AESGCM)
-        nonce = random_bytes(12)
-        sealed = cipher.encrypt(nonce, plaintext, header.encode("ascii"))
+    def _sealer(self, key: Key) -> tuple[str, AESGCM, bytes]:
+        """(header segment, cipher, associated data) of ``key``, built once per key."""
+        header = HEADER.encode(key.kid)
+        return header, key.prepared(self.alg, AESGCM), header.encode("ascii")
+
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+        sealer = key._prepared.get(_SEALER)
+        if sealer is None:
+            sealer = key._prepared[_SEALER] = self._sealer(key)
+        header, cipher, associated = sealer
+        if nonce is None:
+            nonce = random_bytes(12)
+        sealed = cipher.encrypt(nonce, plaintext, associated)
         return (
             f"{header}..{b64url_encode(nonce)}.{b64url_encode(sealed[:-_TAG])}."
             f"{b64url_encode(sealed[-_TAG:])}"

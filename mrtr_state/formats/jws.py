@@ -15,12 +15,13 @@ from .._encoding import b64url_decode, b64url_encode, compare_digest
 from ..errors import BadSignature, MalformedToken, WrongFormat
 from . import Anatomy, detect_format
 from ._jose import ExactHeader, decode_segment, split_compact
-from ._primitives import hmac_key, hmac_sha256, mac_matches
+from ._primitives import Keyed, hmac_key, mac_matches
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
 HEADER = ExactHeader("jws", (("alg", "HS256"),), "HS256")
+_SIGNER = "jws-signer"
 
 
 class JwsFormat:
@@ -28,11 +29,19 @@ class JwsFormat:
     alg = "HS256"
     confidential = False
 
-    def seal(self, key: Key, plaintext: bytes) -> str:
-        header = key.prepared("jws-header", lambda _secret: HEADER.encode(key.kid))
-        signing_input = header + "." + b64url_encode(plaintext)
-        keyed = key.prepared(self.alg, hmac_key)
-        return signing_input + "." + b64url_encode(hmac_sha256(keyed, signing_input.encode()))
+    def _signer(self, key: Key) -> tuple[str, Keyed]:
+        """(header segment and its dot, keyed HMAC state) of ``key``, built once per key."""
+        return HEADER.encode(key.kid) + ".", key.prepared(self.alg, hmac_key)
+
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+        signer = key._prepared.get(_SIGNER)
+        if signer is None:
+            signer = key._prepared[_SIGNER] = self._signer(key)
+        header, keyed = signer
+        signing_input = header + b64url_encode(plaintext)
+        state = keyed.copy()
+        state.update(signing_input.encode("ascii"))
+        return signing_input + "." + b64url_encode(state.digest())
 
     def _split(self, token: str) -> list[str]:
         if not (token.startswith("eyJ") and token.count(".") == 2):

@@ -31,7 +31,7 @@ class McpTsFormat:
     def __init__(self) -> None:
         self._build_candidates = self._candidates  # one bound method, not one per verification
 
-    def seal(self, key: Key, plaintext: bytes) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
         signed = PREFIX + b64url_encode(plaintext)
         mac = hmac_sha256(key.prepared(self.alg, hmac_key), signed.encode("ascii"))
         return signed + "." + b64url_encode(mac)
