@@ -24,12 +24,15 @@ import math
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ._encoding import (
+    MAX_DEPTH,
     EncodingError,
     b64url_decode,
     b64url_encode,
     compare_digest,
     json_loads_object,
+    nesting_depth,
     one_shot_encoder,
+    scan_json,
 )
 from ._entropy import random_bytes
 from .claims import Claims, arguments_digest
@@ -259,6 +262,35 @@ def check_mcp_ts(
     if tag is not None:  # a bind value was given, and the tag is not even text
         raise RequestMismatch("bind mismatch")
     return _new_tuple(Claims, (document["p"], None, exp, None, None, None, None, document))
+
+
+def mcp_ts_accepted(
+    plaintext: bytes, *, key: Key, now: float, bind: str | None, ttl_cap: float
+) -> Claims | None:
+    """The claims :func:`check_mcp_ts` would return, when the body is well-formed and valid;
+    else None (exceptions may escape): the common case of every retry in one straight run, the
+    caller's general path naming any refusal."""
+    text = plaintext.decode("utf-8")
+    document, end = scan_json(text, 0)
+    if end != len(text) or type(document) is not dict or "p" not in document:
+        return None
+    if text.count("{") + text.count("[") > MAX_DEPTH and nesting_depth(document) > MAX_DEPTH:
+        return None
+    exp = document.get("exp")
+    tag = document.get("b")
+    if (
+        (type(exp) is int or type(exp) is float)
+        and _isfinite(exp)
+        and now < exp
+        and exp - now <= ttl_cap
+        and len(document) == 2 + (tag is not None)
+        and (
+            (tag is None and bind is None)
+            or (type(tag) is str and bind is not None and compare_digest(tag, bind_tag(key, bind)))
+        )
+    ):
+        return _new_tuple(Claims, (document["p"], None, exp, None, None, None, None, document))
+    return None
 
 
 def lifetime_problem(envelope: Any, now: float, ttl_cap: float) -> InvalidToken | None:

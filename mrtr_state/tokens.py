@@ -567,9 +567,11 @@ def _sdk_quickly(
         if request.arguments is not None:
             return None
         fmt = _loaded.get("mcp-ts") or get_format("mcp-ts")
-        key, plaintext = fmt.open(keyset, token)
-        checked: Claims = _sdk().check_mcp_ts(
-            plaintext, key=key, now=moment, bind=request.bind, ttl_cap=policy.ttl_cap
+        opened = fmt.open_quickly(keyset, token)  # type: ignore[attr-defined]
+        if opened is None:
+            return None
+        checked: Claims | None = _sdk().mcp_ts_accepted(
+            opened[1], key=opened[0], now=moment, bind=request.bind, ttl_cap=policy.ttl_cap
         )
         return checked
     if format not in (None, "mcp-py") or request.bind is not None:
