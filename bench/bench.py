@@ -587,7 +587,7 @@ def main() -> None:
     rows += our_rows(keyset)
     rows += peer_rows(secret)
     rows += mcp_ts_rows(secret)
-    settle(rows)
+    settle(rows, rounds=4)
     limits = {f"{r.kind}/{r.operation}": r.micros for r in rows if r.name.startswith("raw ")}
     for row in rows:
         row.ratio = row.micros / limits[f"{row.kind}/{row.operation}"]
