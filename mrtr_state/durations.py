@@ -7,7 +7,7 @@ import re
 __all__ = ["format_duration", "parse_duration"]
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_PART = re.compile(r"(\d+)([dhms])")
+_PART = r"(\d+)([dhms])"  # compiled on first use (re's cache): not on every command's start-up
 
 
 def parse_duration(text: str) -> int:
@@ -15,7 +15,7 @@ def parse_duration(text: str) -> int:
     cleaned = text.strip().lower()
     if cleaned.isdigit():
         return int(cleaned)
-    parts = _PART.findall(cleaned)
+    parts = re.findall(_PART, cleaned)
     if not parts or "".join(n + u for n, u in parts) != cleaned:
         raise ValueError(f"{text!r} is not a duration; write e.g. 90s, 15m, 1h30m or 7d")
     return sum(int(number) * _UNITS[unit] for number, unit in parts)

@@ -9,18 +9,17 @@ refused before any key is looked up. The header is parsed only to say *why* it w
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
 from .._printable import printable
 from ..errors import MalformedToken
+from ..keyset import is_kid
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
 TYP = "mrtr-state+jwt"
-_KID = re.compile(r"[0-9a-f]{8}")
 # Members that make a JOSE library fetch, embed, derive, inflate or extend; named in refusals.
 DANGEROUS_MEMBERS = frozenset({"jku", "x5u", "jwk", "x5c", "crit", "zip", "p2s", "p2c", "epk"})
 
@@ -76,7 +75,7 @@ class ExactHeader:
             and (header.endswith(suffix))
         ):
             kid = header[len(prefix) : len(prefix) + 8].decode("ascii", "replace")
-            if _KID.fullmatch(kid):
+            if is_kid(kid):
                 return kid
         raise MalformedToken(self._why_not(header))
 
@@ -100,7 +99,7 @@ class ExactHeader:
         if unknown:
             return f"{what} has unknown members {', '.join(printable(m, 20) for m in unknown)}"
         kid = document.get("kid")
-        if not isinstance(kid, str) or not _KID.fullmatch(kid):
+        if not is_kid(kid):
             return f"{what} kid must be 8 lowercase hex digits"
         if document.get("typ") != TYP:
             return f"{what} typ must be {TYP}"
