@@ -37,7 +37,7 @@ def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:
     chosen = random_bytes(_SALT) if salt is None else salt
     state = key.prepared("principal-tag", _keyed).copy()
     state.update(chosen + principal.encode("utf-8"))
-    return PREFIX + b64url_encode(chosen + state.digest()[:_MAC])
+    return PREFIX + b64url_encode(chosen + state.finalize()[:_MAC])
 
 
 def expected_tag(key: Key, stored: str, principal: str) -> str:
@@ -63,4 +63,4 @@ def tag_matches(key: Key, stored: str, principal: str) -> bool:
         return False
     state = key.prepared("principal-tag", _keyed).copy()
     state.update(raw[:_SALT] + principal.encode("utf-8"))
-    return compare_digest(state.digest()[:_MAC], raw[_SALT:])
+    return compare_digest(state.finalize()[:_MAC], raw[_SALT:])

@@ -85,13 +85,16 @@ def derived_kid(alg: str, secret: bytes) -> str | None:
     """
     if alg not in ("mcp-py-v1", "mcp-ts-v1"):
         return None
-    import hashlib  # only SDK keys need it: keeps it off the start-up of most commands
+    # cryptography's SHA-256, not hashlib's: a keyset holding an SDK key should not make every
+    # command start a second OpenSSL binding
+    from cryptography.hazmat.primitives.hashes import SHA256, Hash
 
+    hashed = Hash(SHA256())
     if alg == "mcp-py-v1":
-        digest = hashlib.sha256(b"mcp/request-state/v1/kid:" + sdk_aes_key(secret)).digest()
+        hashed.update(b"mcp/request-state/v1/kid:" + sdk_aes_key(secret))
     else:
-        digest = hashlib.sha256(b"mrtr-state/mcp-ts/kid:" + secret).digest()
-    return digest[:4].hex()
+        hashed.update(b"mrtr-state/mcp-ts/kid:" + secret)
+    return hashed.finalize()[:4].hex()
 
 
 STATUSES = ("pending", "primary", "active", "retired")

@@ -18,7 +18,6 @@ cap, so verification sets none either; minting still obeys the policy's TTL cap.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import math
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -92,7 +91,7 @@ def _principal_matches(claim: str, principal: str) -> bool:
         return False
     salt = raw[:8]
     digest = hashlib.sha256(_PRINCIPAL_LABEL + salt + _principal_bytes(principal)).digest()
-    return hmac.compare_digest(digest[:16], raw[8:])
+    return compare_digest(digest[:16], raw[8:])
 
 
 def _target_and_digest(method: str | None, target: str | None, arguments: Any) -> tuple[str, str]:
@@ -212,7 +211,7 @@ def _bind_keyed(secret: bytes) -> Any:
 def bind_tag(key: Key, value: str) -> str:
     state = key.prepared("mcp-ts-bind", _bind_keyed).copy()
     state.update(value.encode("utf-8"))
-    return b64url_encode(state.digest()[:16])
+    return b64url_encode(state.finalize()[:16])
 
 
 def mcp_ts_envelope(state: Any, *, key: Key, now: float, ttl: int, bind: str | None) -> bytes:

@@ -587,10 +587,13 @@ VERIFY_NEVER_IMPORTS = [
     "urllib.parse",
     "ipaddress",
     "tomllib",
+    "_hashlib",  # a second OpenSSL binding: HMAC and SHA-256 come from cryptography's
 ]
 
 
 def test_help_and_verify_import_no_command_they_do_not_run(ks: Path) -> None:
+    # SDK keys in the keyset (a fleet moving between codecs) are checked on load, too
+    run("--keyset", str(ks), "keys", "add", "--alg", "mcp-py-v1")
     tokens = [mint(ks, "--format", fmt) for fmt in ("aead", "jws", "jwe")]
     probe = (
         "import sys\n"

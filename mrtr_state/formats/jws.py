@@ -41,7 +41,7 @@ class JwsFormat:
         signing_input = header + b64url_encode(plaintext)
         state = keyed.copy()
         state.update(signing_input.encode("ascii"))
-        return signing_input + "." + b64url_encode(state.digest())
+        return signing_input + "." + b64url_encode(state.finalize())
 
     def _split(self, token: str) -> list[str]:
         if not (token.startswith("eyJ") and token.count(".") == 2):
@@ -72,7 +72,7 @@ class JwsFormat:
             return None
         state = key.prepared(self.alg, hmac_key).copy()
         state.update(signing_input.encode("ascii"))
-        if not compare_digest(state.digest(), b64url_decode(signature)):
+        if not compare_digest(state.finalize(), b64url_decode(signature)):
             return None
         return key, b64url_decode(payload)
 

@@ -64,7 +64,7 @@ class McpTsFormat:
         for key, keyed in candidates:
             state = keyed.copy()
             state.update(signed)
-            if compare_digest(state.digest(), mac):
+            if compare_digest(state.finalize(), mac):
                 return key, decode_segment(body, "mcp-ts body")
         raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
 
@@ -80,7 +80,7 @@ class McpTsFormat:
         for key, keyed in keyset.derived("mcp-ts-candidates", self._build_candidates):
             state = keyed.copy()
             state.update(signed)
-            if compare_digest(state.digest(), mac):
+            if compare_digest(state.finalize(), mac):
                 return key, b64url_decode(body)
         return None
 
