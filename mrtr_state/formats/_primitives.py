@@ -1,8 +1,9 @@
 """The two primitives every format uses, wrapped once so that they are tested once.
 
-The Wycheproof tests drive these wrappers directly. The AES-GCM formats call the same
-``AESGCM.decrypt`` inline on their hot path and map :class:`InvalidTag` to the same error with
-the same message, so what a vector probes in the primitive is what the formats run.
+The Wycheproof tests drive these wrappers directly. The formats call the same objects inline on
+their hot paths (``AESGCM.decrypt``, and copy/update/finalize of the keyed HMAC state that
+:func:`hmac_key` builds), mapping failures to the same errors with the same messages, so what a
+vector probes in the primitive is what the formats run.
 """
 
 from __future__ import annotations
