@@ -24,6 +24,7 @@ from ._encoding import (
     EncodingError,
     b64url_encode,
     compare_digest,
+    encode_parsed,
     json_bytes,
     json_loads,
     json_loads_object,
@@ -52,7 +53,17 @@ if TYPE_CHECKING:
     from .keyset import Key, Keyset
     from .replay import ReplayStore
 
-__all__ = ["Inspection", "Minted", "inspect", "issue", "mint", "seal", "unseal", "verify"]
+__all__ = [
+    "Inspection",
+    "Minted",
+    "inspect",
+    "issue",
+    "mint",
+    "seal",
+    "unseal",
+    "verify",
+    "verify_for_output",
+]
 
 DEFAULT_FORMAT = "aead"
 _SEALED = b"\x00"
@@ -449,28 +460,9 @@ def verify(
                     _Request(method, target, arguments, bind),
                 )
             elif method is None and target is None and arguments is None and bind is None:
-                if token.startswith("ms1."):
-                    name = "aead"
-                elif token.startswith("eyJ"):
-                    name = "jws" if token.count(".") == 2 else "jwe"
-                else:
-                    name = ""
-                opened = None
-                if name and (format is None or format == name):
-                    fmt = _loaded.get(name) or get_format(name)
-                    opened = fmt.open_quickly(keyset, token)  # type: ignore[attr-defined]
-                if opened is not None and opened[1][:1] == b"{":  # not sealed, no SDK envelope
-                    key, plaintext = opened
-                    claims = _accepted_claims(
-                        key,
-                        plaintext.decode("utf-8"),
-                        fmt.confidential,
-                        principal,
-                        request_id,
-                        audience,
-                        time.time() if now is None else now,
-                        policy,
-                    )
+                claims = _own_quickly(
+                    keyset, token, principal, request_id, audience, format, now, policy, None
+                )
         except Exception:  # every failure is the general path's to explain
             claims = None
     if claims is None:
@@ -593,6 +585,105 @@ def _sdk_quickly(
     return sealed
 
 
+def verify_for_output(
+    keyset: Keyset,
+    token: str | bytes,
+    *,
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    format: str | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+    **more: Any,
+) -> tuple[Claims, str]:
+    """:func:`verify`, and the verified state as one line of JSON text, for printing.
+
+    The text is the state exactly as the token carries it when that is one line and the state
+    is the claims' last member (as mrtr-state writes it), else the state encoded again. A batch
+    (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state. Takes
+    every keyword :func:`verify` takes.
+    """
+    if not more and type(token) is str and len(token) <= policy.max_size:
+        carried: list[str] = []
+        try:
+            claims = _own_quickly(
+                keyset, token, principal, request_id, audience, format, now, policy, carried
+            )
+        except Exception:  # every failure is the general path's to explain
+            claims = None
+        if claims is not None:
+            return claims, carried[0] if carried else encode_parsed(claims.state)
+    claims = verify(
+        keyset,
+        token,
+        principal=principal,
+        request_id=request_id,
+        audience=audience,
+        format=format,
+        now=now,
+        policy=policy,
+        **more,
+    )
+    return claims, encode_parsed(claims.state)
+
+
+def _own_quickly(
+    keyset: Keyset,
+    token: str,
+    principal: str | None,
+    request_id: str | None,
+    audience: str | None,
+    format: str | None,
+    now: float | None,
+    policy: Policy,
+    carried: list[str] | None,
+) -> Claims | None:
+    """A valid token of our own formats, opened and accepted in one straight run (exceptions
+    may escape; None or an exception sends the caller to the general path)."""
+    if token.startswith("ms1."):
+        name = "aead"
+    elif token.startswith("eyJ"):
+        name = "jws" if token.count(".") == 2 else "jwe"
+    else:
+        return None
+    if format is not None and format != name:
+        return None
+    fmt = _loaded.get(name) or get_format(name)
+    opened = fmt.open_quickly(keyset, token)  # type: ignore[attr-defined]
+    if opened is None or opened[1][:1] != b"{":  # a sealed payload or an SDK envelope
+        return None
+    key, plaintext = opened
+    return _accepted_claims(
+        key,
+        plaintext.decode("utf-8"),
+        fmt.confidential,
+        principal,
+        request_id,
+        audience,
+        time.time() if now is None else now,
+        policy,
+        carried,
+    )
+
+
+def _carried_state(text: str, document: dict[str, Any]) -> str | None:
+    """The state's own JSON text in accepted claims ``text``, if it can be printed as is: the
+    top-level ``st`` key written plainly and last, the value on one line. Else None.
+
+    The first plain ``"st":`` is the top-level key when no object opens before it (the members
+    before it are scalars, and a JSON string cannot hold a plain quote before a colon); claims
+    with one ``st`` member, last, end with its value, then only whitespace and the brace.
+    """
+    at = text.find('"st":')
+    if at < 0 or "{" in text[1:at] or next(reversed(document)) != "st":
+        return None
+    value = text[at + 5 : -1].strip(" \t")
+    if not value or "\n" in value or "\r" in value:
+        return None
+    return value
+
+
 def _accepted_claims(
     key: Key,
     text: str,
@@ -602,9 +693,11 @@ def _accepted_claims(
     audience: str | None,
     now: float,
     policy: Policy,
+    carried: list[str] | None = None,
 ) -> Claims | None:
     """The claims in ``text`` if :func:`parse_claims` and :func:`check_claims` would accept
-    them, else None (exceptions may escape): verify's quick path, one accepting test."""
+    them, else None (exceptions may escape): verify's quick path, one accepting test. With
+    ``carried``, the state's own text is appended to it when it can be printed as is."""
     document, end = scan_json(text, 0)
     if end != len(text) or type(document) is not dict:
         return None
@@ -647,6 +740,10 @@ def _accepted_claims(
             )
         )
     ):
+        if carried is not None:
+            value = _carried_state(text, document)
+            if value is not None:
+                carried.append(value)
         return _new_tuple(Claims, (document["st"], iat, exp, jti, sub, aud, rid, None))
     return None
 

@@ -407,3 +407,72 @@ def test_the_quick_path_accepts_exactly_what_the_general_path_accepts(
                     assert quick[0], (candidate, binding)  # the common case is quick
     # each valid token with exactly its own binding, and the crafted one with inner whitespace
     assert accepted == 3 + 1
+
+
+@settings(max_examples=80, suppress_health_check=FIXTURE_CHECKS)
+@given(state=json_values)
+def test_the_printed_state_is_the_state_we_would_encode(
+    keyset: ms.Keyset, fmt: str, state: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify_for_output prints the state's own text from our tokens (it never encodes it
+    again): exactly what encoding the verified state would print (nested "st" keys and strings
+    holding '"st":' included)."""
+    from mrtr_state import tokens
+    from mrtr_state._encoding import encode_parsed
+    from mrtr_state.tokens import verify_for_output
+
+    def never(value: Any) -> str:
+        raise AssertionError("the state of our own token was encoded again")
+
+    monkeypatch.setattr(tokens, "encode_parsed", never)
+
+    for wrapped in (state, {"st": state, "x": '"st":1'}, ['"st":', {"st": {"st": state}}]):
+        try:
+            token = ms.mint(keyset, wrapped, now=NOW, format=fmt, **BOUND)
+        except ValueError:
+            return  # refused at mint (lone surrogate)
+        claims, text = verify_for_output(keyset, token, **BOUND, now=NOW)
+        assert claims == ms.verify(keyset, token, now=NOW, **BOUND)
+        assert text == encode_parsed(claims.state)
+
+
+def test_a_state_carried_oddly_is_printed_on_one_line_as_its_value(
+    keyset: ms.Keyset, fmt: str
+) -> None:
+    """Claims another minter wrote (st not last, its key escaped, whitespace, newlines): the
+    printed text is always one line of JSON holding exactly the verified state."""
+    from mrtr_state.tokens import verify_for_output
+
+    head = f'"iat":{NOW},"exp":{NOW + 60},"jti":"j"'
+    bodies = [
+        "{" + head + ',"st":{"st":{"a":1}}}',  # nested st keys
+        '{"st":{"b":2},' + head + "}",  # st first
+        "{" + head + ',"\\u0073t":{"st":{"c":3}}}',  # escaped top-level key, plain nested one
+        "{" + head + ',"st": {"d": [1, 2]} }',  # spaces
+        "{" + head + ',"st":{"e":\n1}\n}',  # newlines
+        "{" + head + ',"st":"{\\"st\\":4}"}',  # a string holding an object's text
+        '{"jti":"a{b",' + f'"iat":{NOW},"exp":{NOW + 60}' + ',"st":{"f":5}}',  # a brace in a string
+    ]
+    for body in bodies:
+        token = forge(keyset, body, fmt)
+        claims, text = verify_for_output(keyset, token, now=NOW)
+        assert "\n" not in text and "\r" not in text, body
+        assert json.loads(text) == claims.state == json.loads(body)["st"], body
+
+
+def test_verify_for_output_refuses_as_verify_does(keyset: ms.Keyset, fmt: str) -> None:
+    from mrtr_state.tokens import verify_for_output
+
+    token = ms.mint(keyset, {"x": 1}, now=NOW, format=fmt, **BOUND)
+    for stated in ({}, {**BOUND, "principal": "bob"}, {**BOUND, "request_id": "r-2"}):
+        try:
+            ms.verify(keyset, token, now=NOW, **stated)
+            expected: type[Exception] | None = None
+        except ms.InvalidToken as err:
+            expected = type(err)
+        try:
+            verify_for_output(keyset, token, now=NOW, **stated)
+            got: type[Exception] | None = None
+        except ms.InvalidToken as err:
+            got = type(err)
+        assert got == expected

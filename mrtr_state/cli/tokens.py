@@ -6,7 +6,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import click
 
@@ -17,7 +17,7 @@ from ..durations import format_duration
 from ..errors import InvalidToken, KeysetNotFound, OversizedToken
 from ..keyset import Keyset
 from ..tokens import inspect as inspect_token
-from ..tokens import issue, seal, unseal, verify
+from ..tokens import issue, seal, unseal, verify, verify_for_output
 from ._common import (
     App,
     binding_options,
@@ -35,6 +35,9 @@ from ._common import (
 from ._stdin import read_lines
 
 # --- tokens ---------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
 
 
 @click.command()
@@ -184,17 +187,26 @@ def verify_cmd(
         "once": store,
     }
     # verify's defaults are None: passing only what was stated keeps each call of a batch cheap
-    check: Callable[[str | bytes], Claims] = functools.partial(
-        verify, keyset, **{name: value for name, value in stated.items() if value is not None}
+    options = {name: value for name, value in stated.items() if value is not None}
+    checked: Callable[[str | bytes], Claims] = functools.partial(verify, keyset, **options)
+    printed: Callable[[str | bytes], tuple[Claims, str]] = functools.partial(
+        verify_for_output, keyset, **options
     )
 
     # a line may carry surrounding whitespace: allow a little over the token cap
     limit = settings.policy.max_size + 256
     if source == "-":
-        raise click.exceptions.Exit(_verify_lines(check, limit, as_json))
+        if as_json:
+            code = _verify_lines(checked, limit, _json_line)
+        else:
+            code = _verify_lines(printed, limit, _state_line)
+        raise click.exceptions.Exit(code)
     text = single_token(source, limit)
     try:
-        claims = check(text)
+        if as_json:
+            claims = checked(text)
+        else:
+            claims, shown = printed(text)
     except InvalidToken as err:
         if as_json:
             emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
@@ -202,48 +214,61 @@ def verify_cmd(
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
-        click.echo(json_dumps(claims.state))
+        click.echo(shown)
 
 
-def _verify_lines(check: Callable[[str | bytes], Claims], limit: int, as_json: bool) -> int:
+def _json_line(claims: Claims, number: int) -> str:
+    return json_dumps({"line": number, **_verify_result(claims.to_dict())})
+
+
+def _state_line(result: tuple[Claims, str], number: int) -> str:
+    return result[1]
+
+
+def _verify_lines(
+    check: Callable[[str | bytes], T], limit: int, render: Callable[[T, int], str]
+) -> int:
     """Verify one token per line of stdin; one result line each. Returns the exit code.
 
     Results go to stdout's byte stream: a batch of a million tokens should spend its time
     verifying, not in the text layer's per-write encoding.
     """
-    from .._encoding import encode_parsed
-
-    encode = encode_parsed  # parsed from a token: nothing to re-check
+    as_json = render is _json_line
     first_failure = 0
     sys.stdout.flush()
     out = sys.stdout.buffer
-    write = out.write
-    for number, line in enumerate(read_lines(sys.stdin.buffer, limit, out.flush), start=1):
-        try:
-            if line is None:
-                raise OversizedToken(f"line {number} is over the {limit}-byte size cap")
-            text = line.strip()
-            if not text:
+    answers: list[str] = []  # at most one chunk of input's worth, written before each read
+
+    def write_answers() -> None:
+        if answers:
+            out.write(("\n".join(answers) + "\n").encode("utf-8", "surrogatepass"))
+            answers.clear()
+        out.flush()
+
+    answer = answers.append
+    try:  # answers given so far are written even if a store or the output fails
+        for number, line in enumerate(read_lines(sys.stdin.buffer, limit, write_answers), start=1):
+            try:
+                if line is None:
+                    raise OversizedToken(f"line {number} is over the {limit}-byte size cap")
+                text = line.strip()
+                if not text:
+                    continue
+                try:  # verify's quick path takes text; bytes that are not ASCII get its reason
+                    result = check(text.decode("ascii"))
+                except UnicodeDecodeError:
+                    result = check(text)
+            except InvalidToken as err:
+                first_failure = first_failure or err.exit_code
+                if as_json:
+                    failure = {"code": err.code, "message": str(err)}
+                    answer(json_dumps({"line": number, "valid": False, "error": failure}))
+                else:
+                    answer(f"rejected: {printable(str(err))}")
                 continue
-            try:  # verify's quick path takes text; bytes that are not ASCII get its reason
-                claims = check(text.decode("ascii"))
-            except UnicodeDecodeError:
-                claims = check(text)
-        except InvalidToken as err:
-            first_failure = first_failure or err.exit_code
-            if as_json:
-                failure = {"code": err.code, "message": str(err)}
-                shown = json_dumps({"line": number, "valid": False, "error": failure})
-            else:
-                shown = f"rejected: {printable(str(err))}"
-            write(shown.encode("utf-8") + b"\n")
-            continue
-        if as_json:
-            shown = json_dumps({"line": number, **_verify_result(claims.to_dict())})
-        else:
-            shown = encode(claims.state)
-        write(shown.encode("utf-8", "surrogatepass") + b"\n")
-    out.flush()
+            answer(render(result, number))
+    finally:
+        write_answers()
     return first_failure
 
 
