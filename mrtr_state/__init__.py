@@ -43,7 +43,17 @@ if TYPE_CHECKING:
     from .keyset import Key, Keyset
     from .policy import DEFAULT_POLICY, Policy
     from .replay import ReplayStore, open_store
-    from .tokens import Inspection, Minted, inspect, issue, mint, seal, unseal, verify
+    from .tokens import (
+        Inspection,
+        Minted,
+        inspect,
+        issue,
+        mint,
+        seal,
+        unseal,
+        verify,
+        verify_for_output,
+    )
 
 # Each name is imported from its module on first use (PEP 562): a command that verifies one aead
 # token then loads the modules it runs, not the replay stores, SDK envelopes or key lifecycle.
@@ -92,6 +102,7 @@ _WHERE = {
     "seal": "tokens",
     "unseal": "tokens",
     "verify": "tokens",
+    "verify_for_output": "tokens",
 }
 
 
@@ -166,4 +177,5 @@ __all__ = [
     "seal",
     "unseal",
     "verify",
+    "verify_for_output",
 ]
