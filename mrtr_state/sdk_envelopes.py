@@ -249,7 +249,9 @@ def check_mcp_ts(
         raise InvalidClaims(_over_cap(exp - now, ttl_cap))
     tag = document.get("b")
     if tag is not None and bind is not None and type(tag) is str:  # the common case first
-        if compare_digest(tag, bind_tag(key, bind)):
+        # a tag that is not ASCII never matches (and must not reach compare_digest, which
+        # refuses non-ASCII text with a TypeError)
+        if tag.isascii() and compare_digest(tag, bind_tag(key, bind)):
             return _new_tuple(Claims, (document["p"], None, exp, None, None, None, None, document))
         raise RequestMismatch("bind mismatch")
     if (tag is None) != (bind is None):

@@ -405,6 +405,7 @@ def test_sdk_tokens_meet_the_same_fate_on_the_quick_and_the_general_path() -> No
         b'{"exp":%d}' % later,
         b'{"p":' + b"[" * 40 + b"]" * 40 + b',"exp":%d}' % later,
         b' {"p":1,"exp":%d}' % later,
+        b'{"p":1,"exp":%d,"b":"\xc3\xbcn\xc3\xaf"}' % later,  # a tag that is not ASCII
     ]
     forged = [ms.formats.get_format("mcp-ts").seal(ts_key, body) for body in crafted]
     accepted = 0
