@@ -464,15 +464,19 @@ def test_verify_for_output_refuses_as_verify_does(keyset: ms.Keyset, fmt: str) -
     from mrtr_state.tokens import verify_for_output
 
     token = ms.mint(keyset, {"x": 1}, now=NOW, format=fmt, **BOUND)
-    for stated in ({}, {**BOUND, "principal": "bob"}, {**BOUND, "request_id": "r-2"}):
-        try:
-            ms.verify(keyset, token, now=NOW, **stated)
-            expected: type[Exception] | None = None
-        except ms.InvalidToken as err:
-            expected = type(err)
-        try:
-            verify_for_output(keyset, token, now=NOW, **stated)
-            got: type[Exception] | None = None
-        except ms.InvalidToken as err:
-            got = type(err)
-        assert got == expected
+    tampered = mutations(token)[len(token) // 2]
+    cases: list[tuple[str, dict[str, Any], float, type[Exception] | None]] = [
+        (token, BOUND, NOW, None),
+        (token, {**BOUND, "principal": "bob"}, NOW, ms.PrincipalMismatch),
+        (token, {**BOUND, "request_id": "r-2"}, NOW, ms.RequestMismatch),
+        (token, {**BOUND, "audience": "other"}, NOW, ms.AudienceMismatch),
+        (token, BOUND, NOW + 3600, ms.ExpiredToken),
+        (tampered, BOUND, NOW, ms.InvalidToken),
+    ]
+    for candidate, stated, moment, expected in cases:
+        for call in (ms.verify, verify_for_output):
+            if expected is None:
+                call(keyset, candidate, now=moment, **stated)
+            else:
+                with pytest.raises(expected):
+                    call(keyset, candidate, now=moment, **stated)

@@ -60,13 +60,10 @@ class McpTsFormat:
                 "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "
                 "mrtr-state keys import --alg mcp-ts-v1 --secret-file FILE"
             )
-        signed = token[: len(PREFIX) + len(body)].encode("ascii")
-        for key, keyed in candidates:
-            state = keyed.copy()
-            state.update(signed)
-            if compare_digest(state.finalize(), mac):
-                return key, decode_segment(body, "mcp-ts body")
-        raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+        key = _signer(candidates, token[: len(PREFIX) + len(body)].encode("ascii"), mac)
+        if key is None:
+            raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+        return key, decode_segment(body, "mcp-ts body")
 
     def open_quickly(self, keyset: Keyset, token: str) -> tuple[Key, bytes] | None:
         """:meth:`open` for a well-formed token under one of the keyset's mcp-ts keys, in one
@@ -76,13 +73,9 @@ class McpTsFormat:
             return None
         _prefix, body, mac_text = token.split(".")
         mac = b64url_decode(mac_text)
-        signed = token[: len(PREFIX) + len(body)].encode("ascii")
-        for key, keyed in keyset.derived("mcp-ts-candidates", self._build_candidates):
-            state = keyed.copy()
-            state.update(signed)
-            if compare_digest(state.finalize(), mac):
-                return key, b64url_decode(body)
-        return None
+        candidates = keyset.derived("mcp-ts-candidates", self._build_candidates)
+        key = _signer(candidates, token[: len(PREFIX) + len(body)].encode("ascii"), mac)
+        return None if key is None else (key, b64url_decode(body))
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
@@ -100,6 +93,16 @@ class McpTsFormat:
             confidential=False,
             readable=readable,
         )
+
+
+def _signer(candidates: list[tuple[Key, Keyed]], signed: bytes, mac: bytes) -> Key | None:
+    """The candidate key whose HMAC of ``signed`` is ``mac`` (compared in constant time)."""
+    for key, keyed in candidates:
+        state = keyed.copy()
+        state.update(signed)
+        if compare_digest(state.finalize(), mac):
+            return key
+    return None
 
 
 FORMAT = McpTsFormat()
