@@ -28,10 +28,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(app: ASGIApp, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` on a loopback port in a thread; yields its base URL; stops on exit."""
+def serving(app: ASGIApp, port: int | None = None, http: str = "auto") -> Iterator[str]:
+    """Serve ``app`` on a loopback port in a thread; yields its base URL; stops on exit.
+
+    ``http="h11"`` makes an upstream that accepts any method token ("post" included), so that a
+    test sees whatever a proxy lets through.
+    """
     chosen = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=chosen, log_level="error", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=chosen, log_level="error", lifespan="on", http=http
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -159,4 +165,107 @@ class NaiveServer:
         payload = json.dumps(answers if isinstance(parsed, list) else answers[0]).encode()
         headers = [(b"content-type", b"application/json"), *session]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+PLAIN = "PLAIN-STATE-eyJzZWNyZXQiOnRydWV9"
+
+
+class ScriptedUpstream:
+    """An upstream that answers each ``tools/call`` as its tool name scripts, to try every way a
+    server's plain state could slip past the proxy. Records every message it receives, every
+    connection it sees, and the GET streams open right now.
+
+    ``deploy`` answers input_required (JSON) with :data:`PLAIN` as the state, and completes when
+    retried; ``big-sse`` sends a 5 MiB input_required event; ``cr-eof`` ends the stream right
+    after an event framed by a lone CR; ``unterminated`` ends it inside the event; ``gzip``
+    compresses its JSON answer; ``dup-json`` hides the state in a duplicate ``result``;
+    ``text-json`` answers JSON as text/plain; ``object-state`` sends a non-string state;
+    ``case-state`` spells the member ``RequestState``. A GET opens a stream that stays open until
+    the connection goes away.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, bytes]] = []  # (method, target) of every HTTP request
+        self.streams = 0
+        self.lock = threading.Lock()
+
+    def _result(self, id_: Any, **result: Any) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": id_, "result": result}).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await NaiveServer()(scope, receive, send)
+            return
+        target = scope["raw_path"] + (
+            b"?" + scope["query_string"] if scope["query_string"] else b""
+        )
+        with self.lock:
+            self.requests.append((scope["method"], target))
+        if scope["method"] == "GET":
+            with self.lock:
+                self.streams += 1
+            try:
+                headers = [(b"content-type", b"text/event-stream")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": b": open\n\n", "more_body": True})
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+            finally:
+                with self.lock:
+                    self.streams -= 1
+            return
+        body = b""
+        while True:
+            event = await receive()
+            body += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        message = json.loads(body) if body else {}
+        with self.lock:
+            self.received.extend(message if isinstance(message, list) else [message])
+        if not isinstance(message, dict) or "id" not in message:
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        id_ = message["id"]
+        params = message.get("params") or {}
+        name = params.get("name")
+        state = {"resultType": "input_required", "requestState": PLAIN}
+        content_type, payload, encoding = b"application/json", self._result(id_, **state), None
+        if name == "deploy" and "requestState" in params:
+            payload = self._result(id_, content=[{"type": "text", "text": params["requestState"]}])
+        elif name == "big-sse":
+            big = {**state, "inputRequests": {"pad": {"method": "x", "params": "y" * (5 << 20)}}}
+            payload = b"data: " + self._result(id_, **big) + b"\n\n"
+            content_type = b"text/event-stream"
+        elif name == "cr-eof":
+            payload = b": first\r\rdata: " + self._result(id_, **state) + b"\r\r"
+            content_type = b"text/event-stream"
+        elif name == "unterminated":
+            payload = b"data: " + self._result(id_, **state)
+            content_type = b"text/event-stream"
+        elif name == "gzip":
+            import gzip
+
+            payload, encoding = gzip.compress(payload), b"gzip"
+        elif name == "dup-json":
+            payload = payload[:-1] + b', "result": {"content": []}}'
+        elif name == "text-json":
+            content_type = b"text/plain"
+        elif name == "object-state":
+            payload = self._result(id_, resultType="input_required", requestState={"s": PLAIN})
+        elif name == "case-state":
+            payload = self._result(id_, resultType="input_required", RequestState=PLAIN)
+        headers = [(b"content-type", content_type)]
+        if encoding is not None:
+            headers.append((b"content-encoding", encoding))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if content_type == b"text/event-stream":
+            for start in range(0, len(payload), 65536):
+                chunk = payload[start : start + 65536]
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
         await send({"type": "http.response.body", "body": payload})

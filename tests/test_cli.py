@@ -501,7 +501,7 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("mint",): [],
         ("seal",): [],
         ("unseal",): ["-"],
-        ("proxy",): ["--upstream", "ftp://nowhere"],  # fails after reading the keyset
+        ("proxy",): ["--upstream", "ftp://nowhere", "--allow-anonymous"],  # fails after the keyset
         ("keys", "add"): ["--alg", "HS256"],
         ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
         ("keys", "list"): [],
@@ -614,7 +614,7 @@ def test_help_and_verify_import_no_command_they_do_not_run(ks: Path) -> None:
 
 
 def test_proxy_usage_errors(ks: Path) -> None:
-    upstream = ["--upstream", "http://127.0.0.1:9/mcp"]
+    upstream = ["--upstream", "http://127.0.0.1:9/mcp", "--allow-anonymous"]
     both = run(
         "proxy", *upstream, "--principal-header", "X-U", "--principal-from", "bearer", code=2
     )
@@ -625,3 +625,56 @@ def test_proxy_usage_errors(ks: Path) -> None:
     assert "only with --once" in store.stderr
     listen = run("--keyset", str(ks), "proxy", *upstream, "--listen", "nowhere", code=2)
     assert "HOST:PORT" in listen.stderr
+
+
+# --- output a terminal cannot be steered by ------------------------------------------------
+
+HOSTILE_STATE = {"msg": "\x1b]0;pwned\x07 \u009b31m \u202egnp.exe \x7f \u2066 \u2028 ok \u00e9"}
+TERMINAL_ACTIVE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+
+@pytest.mark.parametrize("fmt", ["aead", "jws", "jwe"])
+def test_verify_and_inspect_print_states_with_controls_escaped(ks: Path, fmt: str) -> None:
+    """C1 controls, DEL and bidirectional overrides in a state are written as \\u escapes in
+    every output (text and --json, one token and a batch): still the same JSON, inert on a
+    terminal."""
+    token = ms.mint(ms.Keyset.load(ks), HOSTILE_STATE, principal="alice", format=fmt)
+    outputs = {
+        "verify": run("-k", str(ks), "verify", "-p", "alice", token).stdout,
+        "verify --json": run("-k", str(ks), "verify", "-p", "alice", "--json", token).stdout,
+        "verify -": run("-k", str(ks), "verify", "-p", "alice", "-", input=token + "\n").stdout,
+        "verify --json -": run(
+            "-k", str(ks), "verify", "-p", "alice", "--json", "-", input=token + "\n"
+        ).stdout,
+        "inspect --json": run("-k", str(ks), "inspect", "--json", token).stdout,
+    }
+    for name, out in outputs.items():
+        assert not TERMINAL_ACTIVE.search(out.rstrip("\n")), name
+        parsed = json.loads(out)
+        if name in ("verify", "verify -"):
+            assert parsed == HOSTILE_STATE, name
+        else:
+            assert parsed["claims"]["st"] == HOSTILE_STATE, name
+    assert "\\u009b" in outputs["verify"] and "\\u202e" in outputs["verify"]
+    assert "\u00e9" in outputs["verify"]  # printable non-ASCII stays as it is
+
+
+def test_proxy_asks_where_the_principal_comes_from(ks: Path) -> None:
+    result = run("-k", str(ks), "proxy", "--upstream", "http://127.0.0.1:9/mcp", code=2)
+    assert "--principal-header NAME" in result.stderr and "--allow-anonymous" in result.stderr
+
+
+def test_proxy_on_an_address_in_use_exits_7_with_a_clear_error(ks: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run(
+            *("-k", str(ks), "proxy", "--upstream", "http://127.0.0.1:9/mcp"),
+            *("--allow-anonymous", "--listen", f"127.0.0.1:{port}"),
+            code=7,
+        )
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in result.stderr

@@ -95,7 +95,7 @@ def test_a_round_trip_through_the_proxy(fleet: Fleet) -> None:
 
 @pytest.mark.parametrize(
     "attack",
-    ["tampered", "plain", "other-principal", "other-arguments", "replayed", "no-principal"],
+    ["tampered", "plain", "other-principal", "other-arguments", "replayed"],
 )
 def test_a_refused_state_never_reaches_the_upstream(fleet: Fleet, attack: str) -> None:
     token = fleet.first_round()
@@ -108,12 +108,23 @@ def test_a_refused_state_never_reaches_the_upstream(fleet: Fleet, attack: str) -
         "other-principal": lambda: fleet.retry(token, user="mallory"),
         "other-arguments": lambda: fleet.retry(token, env="staging"),
         "replayed": lambda: fleet.retry(token),
-        "no-principal": lambda: fleet.retry(token, user=None),
     }[attack]()
     assert answer["id"] == 2 and answer["error"]["code"] == -32602
     assert answer["error"]["message"] == "Invalid or expired requestState"
     assert len(fleet.upstream.retries()) == before  # the upstream saw nothing
     assert fleet.log[-1]["event"] == "refused"
+
+
+def test_a_request_without_its_principal_is_refused_before_the_upstream(fleet: Fleet) -> None:
+    token = fleet.first_round()
+    params = {"name": "deploy", "arguments": {"env": "prod"}, "requestState": token}
+    for body in ({**CALL, "id": 2, "params": params}, {**CALL, "id": 3}):
+        before = len(fleet.upstream.received)
+        answer = fleet.post(body, user=None)
+        assert answer.status_code == 401 and answer.headers["www-authenticate"]
+        assert answer.json()["error"]["message"] == "no authenticated principal on the request"
+        assert len(fleet.upstream.received) == before
+    assert fleet.log[-1]["event"] == "refused" and fleet.log[-1]["status"] == 401
 
 
 def test_an_expired_state_is_refused(fleet: Fleet, keyset_file: Path) -> None:
@@ -152,18 +163,21 @@ def test_everything_else_passes_through_untouched(fleet: Fleet) -> None:
     assert note.status_code == 202 and note.content == b""
     unknown = messages_of(fleet.post({"jsonrpc": "2.0", "id": 3, "method": "nope"}))
     assert unknown[0]["error"]["code"] == -32601
-    with httpx.stream("GET", fleet.url, timeout=10) as stream:
+    alice = {"X-Forwarded-User": "alice"}
+    with httpx.stream("GET", fleet.url, headers=alice, timeout=10) as stream:
         assert stream.status_code == 200 and stream.headers["mcp-session-id"] == "s-1"
         streamed = stream.read()
         assert b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{}}\n\n' in (
             streamed  # untouched, byte for byte
         )
         # a replayed input_required response cannot be bound to its request: withheld
-        assert b"eyJzZWNyZXQiOiAxfQ" not in streamed and b"could not bind" in streamed
-    assert httpx.delete(fleet.url, timeout=10).status_code == 204
+        assert (
+            b"eyJzZWNyZXQiOiAxfQ" not in streamed and b"could not protect requestState" in streamed
+        )
+    assert httpx.delete(fleet.url, headers=alice, timeout=10).status_code == 204
     before = len(fleet.upstream.received)
     for body in (b"{oops", b'{"jsonrpc":"2.0","id":1,"method":"ping","id":2}', b"[NaN]"):
-        refused = httpx.post(fleet.url, content=body, timeout=10)
+        refused = httpx.post(fleet.url, content=body, headers=alice, timeout=10)
         assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700
     assert len(fleet.upstream.received) == before  # never forwarded
 
@@ -315,6 +329,6 @@ def test_a_body_read_two_ways_never_smuggles_a_state(fleet: Fleet) -> None:
         b'"params":{"name":"deploy","arguments":{},"requestState":"eyJmb3JnZWQiOiB0cnVlfQ=="},'
         b'"params":{"name":"deploy","arguments":{}}}'
     )
-    answer = httpx.post(fleet.url, content=smuggled, timeout=10)
+    answer = httpx.post(fleet.url, content=smuggled, headers={"X-Forwarded-User": "a"}, timeout=10)
     assert answer.status_code == 400 and "duplicate member" in answer.json()["error"]["message"]
     assert fleet.upstream.retries() == []

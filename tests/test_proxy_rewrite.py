@@ -1,4 +1,5 @@
-"""The proxy's core, without a socket: one JSON-RPC message or one SSE event at a time."""
+"""The proxy's core, without a socket: sealing and opening states, one JSON-RPC message at a time
+(the body rules are in test_proxy_jsonrpc, the event streams in test_proxy_sse)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.proxy.rewrite import EventStream, Exchange, StateGuard, bearer_principal
+from mrtr_state.proxy.jsonrpc import Body, parse_body
+from mrtr_state.proxy.rewrite import Exchange, StateGuard, bearer_principal
 
 CALL: dict[str, Any] = {
     "jsonrpc": "2.0",
@@ -32,9 +34,25 @@ def retry_of(token: str, **params: Any) -> dict[str, Any]:
     }
 
 
+class Clock:
+    """A clock the tests move by hand."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
 def guard(keyset: ms.Keyset) -> StateGuard:
     return StateGuard(keyset, audience="fleet", ttl=60)
+
+
+def body_of(*messages: Any) -> Body:
+    """A checked POST body of ``messages`` (a batch when more than one)."""
+    value = list(messages) if len(messages) != 1 else messages[0]
+    return parse_body(json.dumps(value).encode())
 
 
 def sealed_token(guard: StateGuard, principal: str | None = "alice") -> str:
@@ -103,17 +121,17 @@ def test_a_plain_or_foreign_state_never_reaches_the_server(guard: StateGuard) ->
 
 
 def test_expired_and_replayed_states_are_refused(keyset: ms.Keyset) -> None:
-    once = ms.open_store("memory:")
-    guard = StateGuard(keyset, ttl=1, once=once)
+    clock = Clock()
+    guard = StateGuard(keyset, ttl=60, once=ms.open_store("memory:"), clock=clock)
     token = sealed_token(guard)
     assert guard.open_request(retry_of(token), "alice")[1] is None
     assert guard.open_request(retry_of(token), "alice")[1] is not None  # replayed
-    expired = StateGuard(keyset, ttl=1)
+    lines: list[dict[str, Any]] = []
+    expired = StateGuard(keyset, ttl=60, clock=clock, log=lines.append)
     token = sealed_token(expired)
-    import time
-
-    time.sleep(2.1)
+    clock.now += 60
     assert expired.open_request(retry_of(token), "alice")[1] is not None
+    assert lines[-1]["result"] == "expired"
 
 
 def test_other_messages_pass_as_they_are(guard: StateGuard) -> None:
@@ -125,10 +143,13 @@ def test_other_messages_pass_as_they_are(guard: StateGuard) -> None:
         "not even an object",
     ):
         assert guard.open_request(message, None) == (message, None)
-    ordinary = {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
-    assert guard.seal_response(ordinary, CALL, None) is ordinary
-    error = {"jsonrpc": "2.0", "id": 7, "error": {"code": 1, "message": "x"}}
-    assert guard.seal_response(error, CALL, None) is error
+    for answer in (
+        {"jsonrpc": "2.0", "id": 7, "result": {"content": []}},
+        {"jsonrpc": "2.0", "id": 7, "error": {"code": 1, "message": "x"}},
+        {"jsonrpc": "2.0", "id": 7, "result": {"resultType": "input_required"}},  # no state
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"requestState": "x"}},
+    ):
+        assert guard.seal_response(answer, CALL, None) is answer
 
 
 def test_a_state_with_no_matching_request_is_withheld(guard: StateGuard) -> None:
@@ -136,15 +157,98 @@ def test_a_state_with_no_matching_request_is_withheld(guard: StateGuard) -> None
     assert "result" not in out and out["error"]["code"] == -32603 and STATE not in json.dumps(out)
 
 
-@pytest.mark.parametrize("id_", [0, "7", "a/b", None, 1.5, -3], ids=repr)
+@pytest.mark.parametrize(
+    ("result", "reason"),
+    [
+        pytest.param(
+            {"resultType": "complete", "requestState": STATE},
+            "requestState outside an input_required result",
+            id="not-input-required",
+        ),
+        pytest.param(
+            {"content": [], "requestState": STATE},
+            "requestState outside an input_required result",
+            id="no-result-type",
+        ),
+        pytest.param(
+            {"resultType": "input_required", "requestState": {"plain": STATE}},
+            "requestState is not a string",
+            id="an-object",
+        ),
+        pytest.param(
+            {"resultType": "input_required", "requestState": None},
+            "requestState is not a string",
+            id="null",
+        ),
+        pytest.param(
+            {"resultType": "input_required", "RequestState": STATE},
+            "the response has a member 'RequestState'",
+            id="case-variant",
+        ),
+        pytest.param(
+            {"resultType": "input_required", "requeſtState": STATE},  # noqa: RUF001
+            "the response has a member 'requeſtState'",  # noqa: RUF001
+            id="long-s-variant",
+        ),
+        pytest.param(
+            {"resulttype": "input_required", "requestState": STATE},
+            "the response has a member 'resulttype'",
+            id="result-type-variant",
+        ),
+    ],
+)
+def test_a_state_the_proxy_cannot_seal_is_replaced_by_an_error(
+    keyset: ms.Keyset, result: dict[str, Any], reason: str
+) -> None:
+    """Whatever shape the upstream's state takes, its plain value never reaches the client."""
+    lines: list[dict[str, Any]] = []
+    guard = StateGuard(keyset, ttl=60, log=lines.append)
+    answer = {"jsonrpc": "2.0", "id": 7, "result": result}
+    out = guard.seal_response(answer, CALL, "alice")
+    assert out == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {"code": -32603, "message": "the proxy could not protect requestState"},
+    }
+    assert lines[-1]["event"] == "refused" and lines[-1]["reason"].startswith(reason)
+
+
+def test_a_response_member_spelled_in_another_case_is_not_passed_on(guard: StateGuard) -> None:
+    answer = {"jsonrpc": "2.0", "id": 7, "Result": input_required()["result"]}
+    out = guard.seal_response(answer, CALL, "alice")
+    assert "error" in out and STATE not in json.dumps(out)
+
+
+def test_a_state_on_a_method_that_cannot_carry_one_is_refused(guard: StateGuard) -> None:
+    token = sealed_token(guard)
+    message = {"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"requestState": token}}
+    forward, refusal = guard.open_request(message, "alice")
+    assert forward is None and refusal is not None and refusal["error"]["code"] == -32602
+
+
+def test_an_oversized_state_is_withheld(keyset: ms.Keyset) -> None:
+    lines: list[dict[str, Any]] = []
+    guard = StateGuard(keyset, ttl=60, log=lines.append)
+    out = guard.seal_response(input_required(state="x" * 9000), CALL, "alice")
+    assert out["error"]["code"] == -32603 and "size cap" in lines[-1]["reason"]
+
+
+@pytest.mark.parametrize("id_", [0, "7", "a/b", 1.5, -3], ids=repr)
 def test_ids_of_any_type_match_their_own_request_only(guard: StateGuard, id_: Any) -> None:
     call = {**CALL, "id": id_}
-    other = {**CALL, "id": "x" if id_ != "x" else "y", "params": {"name": "other"}}
-    exchange = Exchange(guard, [other, call], "alice")
+    other = {**CALL, "id": "x", "params": {"name": "other"}}
+    exchange = Exchange(guard, body_of(other, call), "alice")
     answered = exchange.rewrite([input_required(id_)])
     token = answered[0]["result"]["requestState"]
     forward, _ = guard.open_request(retry_of(token), "alice")
     assert forward is not None  # bound to deploy, the request with this id
+
+
+def test_a_response_matches_its_request_by_numeric_value(guard: StateGuard) -> None:
+    """A server may answer request 1 with id 1.0: the same id, the same request."""
+    exchange = Exchange(guard, body_of({**CALL, "id": 1}), "alice")
+    answered = exchange.rewrite(input_required(1.0))
+    assert answered["result"]["requestState"].startswith("ms1.")
 
 
 def test_a_batch_forwards_what_passes_and_answers_what_is_refused(guard: StateGuard) -> None:
@@ -154,13 +258,29 @@ def test_a_batch_forwards_what_passes_and_answers_what_is_refused(guard: StateGu
         {**retry_of("ms1.AAAA"), "id": 9},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
     ]
-    exchange = Exchange(guard, batch, "alice")
-    assert exchange.batch and exchange.changed and exchange.forward is not None
+    exchange = Exchange(guard, body_of(*batch), "alice")
+    assert exchange.batch and exchange.changed
     assert [m.get("id") for m in exchange.forward] == [8, None]
     assert exchange.forward[0]["params"]["requestState"] == STATE
     assert [r["id"] for r in exchange.refusals] == [9]
-    single = Exchange(guard, retry_of("ms1.AAAA"), "alice")
-    assert single.forward is None and len(single.refusals) == 1
+    forwarded = exchange.forward_body(b"ignored")
+    assert forwarded is not None and json.loads(forwarded) == exchange.forward
+    single = Exchange(guard, body_of(retry_of("ms1.AAAA")), "alice")
+    assert single.forward_body(b"x") is None and len(single.refusals) == 1
+
+
+def test_an_unchanged_body_is_forwarded_byte_for_byte(guard: StateGuard) -> None:
+    original = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":1.50}}'
+    exchange = Exchange(guard, parse_body(original), "alice")
+    assert exchange.forward_body(original) is original
+
+
+def test_requests_left_unanswered_by_a_dropped_event_get_an_error(guard: StateGuard) -> None:
+    exchange = Exchange(guard, body_of({**CALL, "id": 1}, {**CALL, "id": 2}), "alice")
+    exchange.rewrite(input_required(1))
+    assert exchange.missing_answers() == []  # nothing dropped: the stream may resume
+    exchange.dropped("an event over the size cap")
+    assert [m["id"] for m in exchange.missing_answers()] == [2]
 
 
 def test_the_bearer_principal_is_a_digest_of_the_credential() -> None:
@@ -170,38 +290,3 @@ def test_the_bearer_principal_is_a_digest_of_the_credential() -> None:
     assert bearer_principal("Bearer other") != alice
     assert bearer_principal(None) is None and bearer_principal("Basic dXNlcg==") is None
     assert bearer_principal("Bearer ") is None
-
-
-# --- SSE ----------------------------------------------------------------------------------
-
-
-def events_of(stream: EventStream, data: bytes, step: int) -> bytes:
-    out = b""
-    for start in range(0, len(data), step):
-        for event in stream.feed(data[start : start + step]):
-            out += event
-    return out + stream.close()
-
-
-@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
-@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
-def test_events_split_anywhere_come_out_whole_and_untouched_unless_rewritten(
-    step: int, newline: bytes
-) -> None:
-    n = newline
-    untouched = b": comment" + n + b"retry: 10" + n + n + b"data: not json" + n + n
-    rewritten = b"id: 1" + n + b"event: message" + n + b'data: {"a":' + n + b"data: 1}" + n + n
-    stream = EventStream(lambda message: {"b": 2} if message == {"a": 1} else message)
-    out = events_of(stream, untouched + rewritten + b"data: tail", step)
-    expected = b"id: 1" + n + b"event: message" + n + b'data: {"b":2}' + n + n
-    if n == b"\r":  # CR-only streams are rewritten with LF (both are valid line ends)
-        expected = expected.replace(b"\r", b"\n")
-    assert out == untouched + expected + b"data: tail"
-
-
-def test_an_event_stream_seals_the_state_in_each_event(guard: StateGuard) -> None:
-    exchange = Exchange(guard, CALL, "alice")
-    body = b"data: " + json.dumps(input_required()).encode() + b"\n\n"
-    out = events_of(EventStream(exchange.rewrite), body, 5)
-    message = json.loads(out.removeprefix(b"data: "))
-    assert message["result"]["requestState"].startswith("ms1.")

@@ -25,7 +25,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json_dumps(value))
+    """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``)."""
+    from .._printable import terminal_json
+
+    click.echo(terminal_json(json_dumps(value)))
 
 
 def fail(message: str, code: int) -> NoReturn:

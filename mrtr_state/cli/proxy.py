@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
 import click
 
-from ._common import App, duration_option, pass_app
+from ._common import App, duration_option, fail, pass_app
+
+#: Exit code when the proxy cannot listen (address in use, not permitted); see the README.
+LISTEN_ERROR = 7
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -35,12 +36,18 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option(
     "--principal-header",
     metavar="NAME",
-    help="Header carrying the authenticated principal (set by your authenticating front proxy).",
+    help="Header carrying the authenticated principal, set by your authenticating front proxy "
+    "(which must overwrite any value a client sends). A request without it gets 401.",
 )
 @click.option(
     "--principal-from",
     type=click.Choice(["bearer"]),
-    help="Bind states to a digest of the request's bearer credential.",
+    help="Bind states to a digest of the request's bearer credential (none: 401).",
+)
+@click.option(
+    "--allow-anonymous",
+    is_flag=True,
+    help="Serve requests that carry no principal, binding their states to none.",
 )
 @click.option("--audience", "-a", metavar="A", help="Audience bound into every state [config].")
 @duration_option("--ttl", "Lifetime of a sealed state [config ttl; default 300s].")
@@ -54,7 +61,17 @@ def _listen(value: str) -> tuple[str, int]:
     help="Refuse request bodies over this many bytes (413) before parsing them.",
 )
 @click.option(
-    "--json-log", is_flag=True, help="One JSON line per sealed, verified or refused state."
+    "--json-log",
+    is_flag=True,
+    help="Log one JSON line per sealed, verified or refused state and per refused request.",
+)
+@click.option(
+    "--http",
+    "parser",
+    type=click.Choice(["httptools", "h11"]),
+    default="httptools",
+    show_default=True,
+    help="uvicorn's HTTP/1.1 parser (llhttp, or pure-Python h11).",
 )
 @pass_app
 def proxy_cmd(
@@ -63,30 +80,45 @@ def proxy_cmd(
     listen: str,
     principal_header: str | None,
     principal_from: str | None,
+    allow_anonymous: bool,
     audience: str | None,
     ttl: int | None,
     once: bool,
     replay_store: str | None,
     max_body: int,
     json_log: bool,
+    parser: str,
 ) -> None:
     """Serve a reverse proxy that seals every requestState the upstream MCP server emits.
 
     Each input_required result leaving the server gets its requestState sealed into an aead
     token bound to the principal, the request (method, target, arguments) and a short TTL. Each
     retry's state is verified and unsealed before it reaches the server; a refused one never
-    does, and the client gets JSON-RPC error -32602. Everything else passes through untouched.
-    The keyset is followed live: rotate keys without restarting.
+    does, and the client gets JSON-RPC error -32602. Only POST, GET and DELETE to an
+    origin-form target, with bodies the proxy can read, are forwarded; the rest is refused
+    without contacting the server. The keyset is followed live: rotate keys without restarting.
+
+    Say where the principal comes from. A --principal-header is trustworthy only if clients
+    cannot reach the proxy except through the front proxy that sets it: keep the default
+    loopback --listen, with that front proxy on the same host.
 
     \b
     Examples:
-      mrtr-state proxy --upstream http://127.0.0.1:8000/mcp --listen 0.0.0.0:8080 \\
+      mrtr-state proxy --upstream http://127.0.0.1:8000/mcp \\
           --principal-header X-Forwarded-User --audience mcp.example.com --json-log
       mrtr-state proxy --upstream http://10.0.0.5:8000/mcp --principal-from bearer \\
-          --once --replay-store redis://127.0.0.1:6379/0
+          --listen 0.0.0.0:8080 --once --replay-store redis://127.0.0.1:6379/0
+
+    Exit codes: 2 usage, 6 keyset or config problem, 7 cannot listen on the address.
     """
     if principal_header and principal_from:
         raise click.UsageError("give --principal-header or --principal-from, not both")
+    if not (principal_header or principal_from or allow_anonymous):
+        raise click.UsageError(
+            "say where the principal comes from: --principal-header NAME (set by your "
+            "authenticating front proxy) or --principal-from bearer; or give --allow-anonymous "
+            "to bind states to no principal"
+        )
     if once and not replay_store:
         raise click.UsageError(
             "--once needs --replay-store sqlite:///PATH or redis://...: replicas and restarts "
@@ -95,8 +127,7 @@ def proxy_cmd(
     if replay_store and not once:
         raise click.UsageError("--replay-store is used only with --once")
     try:
-        import uvicorn
-
+        from ..proxy import server
         from ..proxy.app import ProxyApp
     except ImportError as err:
         raise click.UsageError(
@@ -109,27 +140,28 @@ def proxy_cmd(
     keyset = app.keyset(settings)
     keyset.primary("A256GCM")  # fail now, not at the first input_required result
     host, port = _listen(listen)
-
-    def log(line: dict[str, Any]) -> None:
-        sys.stderr.write(json.dumps(line, separators=(",", ":")) + "\n")
-        sys.stderr.flush()
-
+    log = server.json_lines(sys.stderr) if json_log else None
     guard = StateGuard(
         keyset,
         audience=settings.audience,
         ttl=settings.policy.ttl,
         policy=settings.policy,
         once=open_store(replay_store) if once and replay_store else None,
-        log=log if json_log else None,
+        log=log,
     )
     proxy = ProxyApp(
         guard,
         upstream=upstream,
         principal_header=principal_header,
         principal_from_bearer=principal_from == "bearer",
+        allow_anonymous=allow_anonymous,
         max_body=max_body,
     )
+    try:
+        sock = server.bind(host, port)
+    except OSError as err:
+        fail(f"cannot listen on {listen}: {err.strerror or err}", LISTEN_ERROR)
     click.echo(
         f"mrtr-state proxy: http://{listen} -> {proxy.origin} (keyset {keyset.source})", err=True
     )
-    uvicorn.run(proxy, host=host, port=port, log_level="warning", lifespan="on")
+    server.serve(proxy, sock, parser=parser, log=log)

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from .._encoding import json_dumps
-from .._printable import printable
+from .._printable import printable, terminal_json
 from ..claims import Claims
 from ..durations import format_duration
 from ..errors import InvalidToken, KeysetNotFound, OversizedToken
@@ -214,7 +214,7 @@ def verify_cmd(
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
-        click.echo(shown)
+        click.echo(terminal_json(shown))
 
 
 def _json_line(claims: Claims, number: int) -> str:
@@ -241,7 +241,8 @@ def _verify_lines(
 
     def write_answers() -> None:
         if answers:
-            out.write(("\n".join(answers) + "\n").encode("utf-8", "surrogatepass"))
+            text = terminal_json("\n".join(answers) + "\n")
+            out.write(text.encode("utf-8", "surrogatepass"))
             answers.clear()
         out.flush()
 

@@ -1,14 +1,16 @@
-"""The proxy's core: rewrite one JSON-RPC message, or one Server-Sent Event, at a time.
+"""The proxy's core: seal the states a server emits, open the ones clients send back.
 
 Outbound, a result with ``resultType: "input_required"`` has its ``requestState`` (whatever the
 server put there, often plain base64 JSON) sealed into an ``aead`` token bound to the principal,
-the request it answers (method, target and arguments digest) and a short lifetime. Inbound, a
-retry's ``requestState`` is verified against the retry itself and replaced by the server's
-original state; a refused one never reaches the server, and the client gets the uniform wire
-error of :func:`mrtr_state.mcp.wire_error` while the log gets the specific reason.
+the request it answers (method, target and arguments digest) and a short lifetime. A state that
+cannot be sealed (no request to bind it to, not a string, too large, outside an
+``input_required`` result) is replaced by a JSON-RPC error: the server's plain state never
+reaches the client. Inbound, a retry's ``requestState`` is verified against the retry itself and
+replaced by the server's original state; a refused one never reaches the server, and the client
+gets the uniform wire error of :func:`mrtr_state.mcp.wire_error` while the log gets the reason.
 
-Nothing here does I/O: the HTTP layer (:mod:`mrtr_state.proxy.app`) hands in parsed messages and
-event bytes, so every rule is tested without a socket.
+Nothing here does I/O: the HTTP layer (:mod:`mrtr_state.proxy.app`) hands in parsed messages
+(already checked by :mod:`mrtr_state.proxy.jsonrpc`), so every rule is tested without a socket.
 """
 
 from __future__ import annotations
@@ -16,22 +18,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._encoding import b64url_decode
-from ..errors import InvalidClaims, InvalidToken
+from ..errors import InvalidClaims, InvalidToken, MalformedToken
 from ..keyset import Keyset
 from ..mcp import INPUT_REQUIRED_METHODS, open_retry, request_target, wire_error
 from ..policy import DEFAULT_POLICY, Policy
 from ..replay import ReplayStore
 from ..tokens import issue
+from .jsonrpc import Body, Refusal, ambiguous_member, id_key
 
 __all__ = [
-    "EventStream",
     "Exchange",
+    "LogSink",
     "StateGuard",
     "bearer_principal",
     "is_request",
@@ -39,6 +41,7 @@ __all__ = [
 
 #: One line per sealed, verified or refused state, for operators (``--json-log``).
 LogSink = Callable[[dict[str, Any]], None]
+Clock = Callable[[], float]
 
 
 def bearer_principal(authorization: str | None) -> str | None:
@@ -53,16 +56,23 @@ def bearer_principal(authorization: str | None) -> str | None:
     credential = credential.strip()
     if scheme.lower() != "bearer" or not credential:
         return None
-    digest = hashlib.sha256(credential.encode("utf-8")).digest()[:16]
+    digest = hashlib.sha256(credential.encode("utf-8", "surrogateescape")).digest()[:16]
     return "bearer:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def is_request(message: Any) -> bool:
-    return isinstance(message, dict) and isinstance(message.get("method"), str)
+    return type(message) is dict and type(message.get("method")) is str
 
 
 def _is_response(message: Any) -> bool:
-    return isinstance(message, dict) and "id" in message and "method" not in message
+    return type(message) is dict and "id" in message and "method" not in message
+
+
+def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
+
+
+UNPROTECTED = "the proxy could not protect requestState"
 
 
 class StateGuard:
@@ -70,6 +80,7 @@ class StateGuard:
 
     One guard serves the whole proxy; it keeps no per-request memory (the request a response
     answers is handed in by the caller), so it is safe to share across concurrent requests.
+    ``clock`` gives the time for minting and verifying (tests pass a fake one).
     """
 
     def __init__(
@@ -81,46 +92,61 @@ class StateGuard:
         policy: Policy = DEFAULT_POLICY,
         once: ReplayStore | None = None,
         log: LogSink | None = None,
+        clock: Clock = time.time,
     ) -> None:
         self.keyset = keyset
         self.audience = audience
         self.ttl = ttl
         self.policy = policy
         self.once = once
+        self.clock = clock
         self._log = log
 
-    def _report(self, event: str, started: float, **facts: Any) -> None:
+    def report(self, event: str, started: float, **facts: Any) -> None:
+        """One log line about a state (when logging), with the time spent since ``started``."""
         if self._log is not None:
             latency = round((time.perf_counter() - started) * 1000, 3)
             self._log({"event": event, "format": "aead", **facts, "latency_ms": latency})
+
+    def note(self, **facts: Any) -> None:
+        """One log line about a request (when logging): a refusal, a client gone, an error."""
+        if self._log is not None:
+            self._log(facts)
 
     # --- outbound ------------------------------------------------------------------------
 
     def seal_response(
         self, response: Any, request: Mapping[str, Any] | None, principal: str | None
     ) -> Any:
-        """``response`` with its ``requestState`` sealed, if it is an input_required result.
+        """``response`` with its ``requestState`` sealed, if it carries one; else as it is.
 
-        ``request`` is the request this response answers (matched by id by the caller). Without
-        it the request binding cannot be made, and an unbound state would be refused on retry
-        anyway, so the result is replaced by an error instead of leaking the server's state.
+        ``request`` is the request this response answers (matched by id by the caller). A
+        state that cannot be sealed and bound to it is replaced by an error, never passed on.
         """
         if not _is_response(response):
             return response
         result = response.get("result")
-        if not (
-            isinstance(result, dict)
-            and result.get("resultType") == "input_required"
-            and isinstance(result.get("requestState"), str)
-        ):
+        odd = ambiguous_member(response, "message")
+        if odd is None and type(result) is dict:
+            odd = ambiguous_member(result, "result")
+            if odd is None and "requestState" not in result:
+                return response
+        elif odd is None:
             return response
         started = time.perf_counter()
         method = request.get("method") if request is not None else None
-        if request is None or method not in INPUT_REQUIRED_METHODS:
-            self._report("refused", started, result="error", reason="no matching request")
-            return _error(response.get("id"), -32603, "the proxy could not bind requestState")
+        reason = _unsealable(result, odd, method)
+        if (
+            reason is not None
+            or request is None
+            or type(result) is not dict
+            or type(method) is not str
+        ):
+            reason = reason or "no matching request"
+            self.report("refused", started, result="error", reason=reason, method=method)
+            return _error(response.get("id"), -32603, UNPROTECTED)
         params = request.get("params")
-        target, arguments = request_target(method, params if isinstance(params, dict) else None)
+        target, arguments = request_target(method, params if type(params) is dict else None)
         try:
             minted = issue(
                 self.keyset,
@@ -133,12 +159,13 @@ class StateGuard:
                 method=method,
                 target=target,
                 arguments=arguments,
+                now=self.clock(),
             )
         except (ValueError, InvalidToken) as err:  # oversized state, no primary key...
-            self._report("refused", started, result="error", reason=str(err), method=method)
-            return _error(response.get("id"), -32603, "the proxy could not protect requestState")
+            self.report("refused", started, result="error", reason=str(err), method=method)
+            return _error(response.get("id"), -32603, UNPROTECTED)
         sealed = {**result, "requestState": minted.token}
-        self._report("sealed", started, result="ok", kid=minted.kid, method=method)
+        self.report("sealed", started, result="ok", kid=minted.kid, method=method)
         return {**response, "result": sealed}
 
     # --- inbound -------------------------------------------------------------------------
@@ -148,17 +175,20 @@ class StateGuard:
     ) -> tuple[Any | None, dict[str, Any] | None]:
         """``(message to forward, None)``, or ``(None, error response)`` for a refused state.
 
-        Only the three methods that can answer input_required carry state; anything else, and
-        a request without ``requestState``, passes as it is.
+        A request without ``requestState`` passes as it is. Notifications never carry one here:
+        :func:`mrtr_state.proxy.jsonrpc.parse_body` refuses them.
         """
-        if not is_request(message) or message["method"] not in INPUT_REQUIRED_METHODS:
+        if not is_request(message):
             return message, None
         params = message.get("params")
-        if not isinstance(params, dict) or "requestState" not in params:
+        if type(params) is not dict or "requestState" not in params:
             return message, None
         started = time.perf_counter()
         method = message["method"]
-        try:  # the retry's own method, target and arguments: never taken from the token
+        try:
+            if method not in INPUT_REQUIRED_METHODS:
+                raise MalformedToken(f"{method} cannot carry a requestState")
+            # the retry's own method, target and arguments: never taken from the token
             state = open_retry(
                 self.keyset,
                 method=method,
@@ -168,17 +198,31 @@ class StateGuard:
                 format="aead",
                 once=self.once,
                 policy=self.policy,
+                now=self.clock(),
             )
-            if not isinstance(state, str):
+            if type(state) is not str:
                 raise InvalidClaims("the sealed state is not the server's string")
         except InvalidToken as err:
-            self._report("refused", started, result=err.code, reason=str(err), method=method)
-            if "id" not in message:  # a notification gets no answer; it is dropped
-                return None, None
-            return None, {"jsonrpc": "2.0", "id": message["id"], "error": wire_error(err)}
+            self.report("refused", started, result=err.code, reason=str(err), method=method)
+            return None, {"jsonrpc": "2.0", "id": message.get("id"), "error": wire_error(err)}
         kid = _kid_of(params["requestState"])
-        self._report("verified", started, result="ok", kid=kid, method=method)
+        self.report("verified", started, result="ok", kid=kid, method=method)
         return {**message, "params": {**params, "requestState": state}}, None
+
+
+def _unsealable(result: Any, odd: str | None, method: Any) -> str | None:
+    """Why the state in ``result`` cannot be sealed for a request of ``method``, or None."""
+    if odd is not None:
+        return f"the response has a member {odd!r} (a case variant of one the proxy reads)"
+    if type(result) is not dict:
+        return "no result"
+    if result.get("resultType") != "input_required":
+        return "requestState outside an input_required result"
+    if type(result["requestState"]) is not str:
+        return "requestState is not a string"
+    if method not in INPUT_REQUIRED_METHODS:
+        return "no matching request"
+    return None
 
 
 def _kid_of(token: str) -> str:
@@ -186,121 +230,75 @@ def _kid_of(token: str) -> str:
     return b64url_decode(token[4:12])[:4].hex()
 
 
-def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
-
-
-def _id_key(value: Any) -> str:
-    """A dictionary key for a JSON-RPC id of any JSON type (1 and "1" stay apart)."""
-    return json.dumps(value, sort_keys=True)
-
-
 class Exchange:
-    """One HTTP POST through the proxy: its requests, what is forwarded, what is refused.
+    """One HTTP request through the proxy: its requests, what is forwarded, what is refused.
 
-    Built from the parsed body (one message or a batch). :attr:`forward` is the body to send
-    upstream (None when nothing is left to send), :attr:`refusals` the error responses the proxy
-    answers itself, and :meth:`rewrite` seals the states in whatever comes back, matching each
-    response to its request by id.
+    Built from a checked POST body (or from nothing, for a GET stream). :attr:`forward` is the
+    list of messages to send upstream, :attr:`refusals` the error responses the proxy answers
+    itself, and :meth:`rewrite` seals the states in whatever comes back, matching each response
+    to its request by id. When the event stream drops an event it cannot inspect,
+    :meth:`missing_answers` answers the requests that were left without a response.
     """
 
-    def __init__(self, guard: StateGuard, body: Any, principal: str | None) -> None:
+    def __init__(self, guard: StateGuard, body: Body | None, principal: str | None) -> None:
         self.guard = guard
         self.principal = principal
-        self.batch = isinstance(body, list)
-        self.requests: dict[str, Mapping[str, Any]] = {}
+        self.batch = body is not None and body.batch
+        self.requests: dict[tuple[str, Any], Mapping[str, Any]] = {}
         self.refusals: list[dict[str, Any]] = []
         self.changed = False
-        kept: list[Any] = []
-        for message in body if self.batch else [body]:
-            if is_request(message) and "id" in message:
-                self.requests[_id_key(message["id"])] = message
+        self.forward: list[Any] = []
+        self._answered: set[tuple[str, Any]] = set()
+        self._dropped = 0
+        for message in body.messages if body is not None else ():
             opened, refusal = guard.open_request(message, principal)
             if refusal is not None:
                 self.refusals.append(refusal)
+                self.changed = True
+                continue
             if opened is not message:
                 self.changed = True
-            if opened is not None:
-                kept.append(opened)
-        self.forward: Any | None
-        if not kept:
-            self.forward = None
-        elif self.batch:
-            self.forward = kept
-        else:
-            self.forward = kept[0]
+            if is_request(message) and "id" in message:
+                self.requests[id_key(message["id"])] = message
+            self.forward.append(opened)
+
+    def forward_body(self, original: bytes) -> bytes | None:
+        """The body to send upstream: the original bytes when nothing changed; None when every
+        message was refused."""
+        if not self.forward:
+            return None
+        if not self.changed:
+            return original
+        value = self.forward if self.batch else self.forward[0]
+        return json.dumps(value, separators=(",", ":")).encode()
 
     def rewrite(self, message: Any) -> Any:
-        """A response (or batch of them) with every input_required state sealed."""
-        if isinstance(message, list):
+        """A response (or batch of them) with every state sealed, or replaced by an error."""
+        if type(message) is list:
             out = [self.rewrite(item) for item in message]
             return message if all(a is b for a, b in zip(out, message, strict=True)) else out
         if not _is_response(message):
             return message
-        request = self.requests.get(_id_key(message.get("id")))
+        try:
+            key: tuple[str, Any] | None = id_key(message["id"])
+        except Refusal:
+            key = None
+        request = self.requests.get(key) if key is not None else None
+        if key is not None and request is not None:
+            self._answered.add(key)
         return self.guard.seal_response(message, request, self.principal)
 
+    def dropped(self, reason: str) -> None:
+        """An event the stream could not inspect was dropped (it never reached the client)."""
+        self._dropped += 1
+        self.guard.report("refused", time.perf_counter(), result="error", reason=reason)
 
-# --- Server-Sent Events ------------------------------------------------------------------
-
-# An event ends at a blank line; lines end with CRLF, LF or CR (the SSE specification). A CR
-# at the very end of the buffer may be the first half of a CRLF, so it is never taken as an end.
-_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
-_LINE = re.compile(rb"\r\n|\r|\n")
-
-
-class EventStream:
-    """Splits a ``text/event-stream`` into events as bytes arrive and rewrites their data.
-
-    ``rewrite`` gets the parsed JSON of an event's ``data`` and returns it (the same object when
-    nothing changed). An event whose data is not JSON, or is unchanged, goes out byte for byte;
-    a rewritten one keeps its other fields (``id``, ``event``, ``retry``, comments) in order.
-    """
-
-    def __init__(self, rewrite: Callable[[Any], Any], *, max_event: int = 4 << 20) -> None:
-        self._rewrite = rewrite
-        self._buffer = b""
-        self._max_event = max_event
-
-    def feed(self, chunk: bytes) -> Iterator[bytes]:
-        """The complete events (with their terminators) that ``chunk`` finishes."""
-        self._buffer += chunk
-        while True:
-            end = _EVENT_END.search(self._buffer)
-            if end is None or (end.end() == len(self._buffer) and self._buffer.endswith(b"\r")):
-                break
-            block, self._buffer = self._buffer[: end.end()], self._buffer[end.end() :]
-            yield self._event(block, end.end() - end.start())
-        if len(self._buffer) > self._max_event:  # a runaway event: pass it on unparsed
-            block, self._buffer = self._buffer, b""
-            yield block
-
-    def close(self) -> bytes:
-        """Whatever is left when the stream ends (an unterminated event, passed on as it is)."""
-        rest, self._buffer = self._buffer, b""
-        return rest
-
-    def _event(self, block: bytes, terminator: int) -> bytes:
-        body = block[:-terminator]
-        lines = _LINE.split(body)
-        data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-        if not data:
-            return block
-        try:
-            message = json.loads(b"\n".join(data))
-        except (ValueError, UnicodeDecodeError):
-            return block
-        rewritten = self._rewrite(message)
-        if rewritten is message:
-            return block
-        out: list[bytes] = []
-        wrote_data = False
-        for line in lines:
-            if line.startswith(b"data:"):
-                if not wrote_data:
-                    out.append(b"data: " + json.dumps(rewritten, separators=(",", ":")).encode())
-                    wrote_data = True
-            else:
-                out.append(line)
-        newline = b"\r\n" if b"\r\n" in block else b"\n"
-        return newline.join(out) + newline + newline
+    def missing_answers(self) -> list[dict[str, Any]]:
+        """After a dropped event: an error for each request that got no response."""
+        if not self._dropped:
+            return []
+        return [
+            _error(request.get("id"), -32603, UNPROTECTED)
+            for key, request in self.requests.items()
+            if key not in self._answered
+        ]

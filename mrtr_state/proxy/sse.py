@@ -1,0 +1,192 @@
+"""Server-Sent Events, framed as the WHATWG HTML standard frames them, rewritten as they arrive.
+
+A line ends at CRLF, LF or a lone CR; an event ends at a blank line, or at the end of the
+stream. Each byte is looked at once (a CR that ends one chunk is remembered, so the LF that may
+start the next is taken as its pair rather than as a blank line), so a long event costs time in
+proportion to its length, however it is cut into chunks.
+
+Every event with ``data`` must hold strict JSON (a JSON-RPC message or batch): it is handed to
+the rewrite callback, and goes out byte for byte when the callback returns it unchanged, rebuilt
+(its other fields in order, one ``data`` line) when it does not. An event the proxy cannot
+inspect (data that is not strict JSON, or an event over ``max_event`` bytes) is dropped whole
+and reported to ``dropped``: a client never sees what the proxy did not read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .._encoding import EncodingError, json_loads
+from .jsonrpc import MAX_BODY_DEPTH
+
+__all__ = ["MAX_EVENT", "EventStream"]
+
+#: The largest event the proxy reads (its bytes, fields and line ends included).
+MAX_EVENT = 4 << 20
+
+_LINE_END = re.compile(rb"\r\n?|\n")
+_BOM = b"\xef\xbb\xbf"
+
+
+class EventStream:
+    """One ``text/event-stream`` body: feed it chunks, send on what each call returns."""
+
+    def __init__(
+        self,
+        rewrite: Callable[[Any], Any],
+        dropped: Callable[[str], None],
+        *,
+        max_event: int = MAX_EVENT,
+    ) -> None:
+        self._rewrite = rewrite
+        self._dropped = dropped
+        self._max_event = max_event
+        self._raw = bytearray()  # the current event's bytes as received, line ends included
+        self._lines: list[bytes] = []  # its complete lines, without line ends
+        self._partial = bytearray()  # the line being received
+        self._after_cr = False  # the last byte seen was a CR: an LF next completes its CRLF
+        self._oversized = False  # the current event passed max_event: skipped to its end
+        self._started = False  # a leading byte order mark has been dealt with
+        self._passed_raw = True  # the last event went out as received (else rewritten, dropped)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes to send on for ``chunk``: every event it completes, rewritten."""
+        out: list[bytes] = []
+        position = 0
+        if not self._started:
+            if len(self._partial) + len(chunk) < len(_BOM) and _BOM.startswith(
+                bytes(self._partial) + chunk
+            ):
+                self._partial += chunk  # too short to tell yet
+                return b""
+            chunk, self._started = bytes(self._partial) + chunk, True
+            self._partial.clear()
+            if chunk.startswith(_BOM):  # the standard drops one; so does every client
+                out.append(_BOM)
+                position = len(_BOM)
+        if self._after_cr:
+            self._after_cr = False
+            if chunk[position : position + 1] == b"\n":  # the second half of a CRLF
+                self._keep(b"\n", out)
+                position += 1
+        end = len(chunk)
+        while position < end:
+            found = _LINE_END.search(chunk, position)
+            if found is None:
+                self._keep_partial(chunk[position:])
+                break
+            stop = found.end()
+            if stop == end and chunk[stop - 1] == 0x0D:
+                self._after_cr = True  # may be half of a CRLF split across chunks
+            self._line(chunk[position : found.start()], chunk[found.start() : stop], out)
+            position = stop
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        """The end of the stream ends the event in progress, which is rewritten like any other."""
+        out: list[bytes] = []
+        if not self._started and self._partial:
+            self._started = True
+        if self._partial:
+            line = bytes(self._partial)
+            self._partial.clear()
+            self._line(line, b"", out)
+        if self._oversized:
+            self._oversized = False
+            self._dropped("an event over the size cap at the end of the stream")
+        elif self._lines:
+            out.append(self._dispatch())
+        elif self._raw:
+            out.append(bytes(self._raw))
+        self._raw.clear()
+        self._lines.clear()
+        return b"".join(out)
+
+    # --- one line at a time -----------------------------------------------------------------
+
+    def _keep(self, data: bytes, out: list[bytes]) -> None:
+        """Bytes that belong to no new line: the LF of a CRLF split across chunks."""
+        if self._oversized:
+            return
+        if self._raw or self._lines:
+            self._raw += data
+        elif self._passed_raw:
+            out.append(data)  # the end of an event passed on as it came: passed on too
+
+    def _keep_partial(self, piece: bytes) -> None:
+        if self._oversized:
+            return
+        self._partial += piece
+        if len(self._raw) + len(self._partial) > self._max_event:
+            self._start_skipping()
+
+    def _start_skipping(self) -> None:
+        self._oversized = True
+        self._raw.clear()
+        self._lines.clear()
+        self._partial.clear()
+
+    def _line(self, piece: bytes, ending: bytes, out: list[bytes]) -> None:
+        if self._partial:
+            piece = bytes(self._partial) + piece
+            self._partial.clear()
+        if self._oversized:
+            if not piece:  # the blank line that ends the skipped event
+                self._oversized = False
+                self._passed_raw = False
+                self._dropped("an event over the size cap")
+            return
+        if not piece:
+            if self._lines:
+                self._raw += ending
+                out.append(self._dispatch())
+            else:  # a blank line with no event before it: nothing to dispatch
+                self._raw += ending
+                out.append(bytes(self._raw))
+                self._raw.clear()
+                self._passed_raw = True
+            return
+        self._raw += piece
+        self._raw += ending
+        self._lines.append(piece)
+        if len(self._raw) > self._max_event:
+            self._start_skipping()
+
+    def _dispatch(self) -> bytes:
+        """The bytes to send for the event just completed (possibly none)."""
+        raw, lines = bytes(self._raw), self._lines
+        self._raw.clear()
+        self._lines = []
+        data = [_value(line) for line in lines if _field(line) == b"data"]
+        self._passed_raw = True
+        if not data:
+            return raw  # comments, id, retry: nothing a client reads as a message
+        try:
+            message = json_loads(b"\n".join(data), max_depth=MAX_BODY_DEPTH)
+        except EncodingError as err:
+            self._passed_raw = False
+            self._dropped(f"an event whose data is not strict JSON ({err})")
+            return b""
+        rewritten = self._rewrite(message)
+        if rewritten is message:
+            return raw
+        self._passed_raw = False
+        kept = [line for line in lines if _field(line) != b"data"]
+        encoded = json.dumps(rewritten, separators=(",", ":")).encode()  # ends with a blank line
+        return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"
+
+
+def _field(line: bytes) -> bytes:
+    """The field name of a line (a comment's is the empty name)."""
+    return line.partition(b":")[0]
+
+
+def _value(line: bytes) -> bytes:
+    """The value of a field line: after the first colon, less one leading space."""
+    _name, colon, value = line.partition(b":")
+    if not colon:
+        return b""
+    return value[1:] if value[:1] == b" " else value
