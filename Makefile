@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo example lint test bench fuzz clean
+.PHONY: help install demo example lint docs test bench fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -31,7 +31,15 @@ lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
 	$(BIN)/ruff format --check mrtr_state tests bench examples scripts fuzz
 	$(BIN)/mypy
 
-test: lint ## Lint, then the whole test suite (fails if no test ran)
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]' --config-settings editable_mode=compat
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP) ## Build the documentation site into build/site (strict: a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs ## Lint, build the docs, then the whole test suite (fails if no test ran)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
@@ -50,4 +58,4 @@ fuzz: $(STAMP) ## Fuzz every token parser with atheris (FUZZ_RUNS runs, at most 
 	done
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info

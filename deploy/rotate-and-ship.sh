@@ -7,7 +7,8 @@
 #   rotate-and-ship.sh KEYSET SHIP-COMMAND [ARG...]
 #
 # SHIP-COMMAND is run with a snapshot of KEYSET as its last argument and must exit 0 only once
-# the replicas' source (a Kubernetes Secret, the file on each host...) holds that snapshot.
+# the replicas' source (a Kubernetes Secret, the file on each host...) holds that snapshot. The
+# first run on an empty volume creates KEYSET (and ships it); an existing one is never replaced.
 # Rotation settings come from the usual places (MRTR_STATE_PROPAGATION, MRTR_STATE_RETENTION,
 # a config file). Exit codes: those of `mrtr-state rotate` (6: keyset or config problem), else
 # the ship command's.
@@ -21,7 +22,7 @@ keyset=$1
 shift
 shipped="$keyset.shipped"   # SHA-256 of the content last shipped successfully (not a secret)
 
-mrtr-state rotate --keyset "$keyset" --json
+mrtr-state rotate --keyset "$keyset" --init-if-missing --json
 
 # One consistent version to hash and ship: writers replace the file by rename, never in place.
 umask 077

@@ -22,6 +22,7 @@ import mrtr_state as ms
 HERE = Path(__file__).resolve().parent
 
 
+# --8<-- [start:client]
 async def answer(context: Any, params: Any) -> ElicitResult:
     print(f"server asks: {params.message}")
     print("user answers: octocat")
@@ -49,6 +50,9 @@ async def main() -> None:
         )
         result = await client.call_tool("star_repository", {"repo": "octo/hello"})
         print("result:", result.content[0].text)  # type: ignore[union-attr]
+
+
+# --8<-- [end:client]
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ server = MCPServer(
 )
 
 
+# --8<-- [start:tool]
 @server.tool()
 async def star_repository(repo: str, ctx: Context) -> str | InputRequiredResult:
     """Star a repository on the user's behalf, asking for their GitHub login first."""
@@ -50,6 +51,9 @@ async def star_repository(repo: str, ctx: Context) -> str | InputRequiredResult:
     answer = ctx.input_responses["github_login"]
     login = getattr(answer, "content", None) or {}
     return f"{login.get('login', '?')} starred {repo} (state {ctx.request_state!r} verified)"
+
+
+# --8<-- [end:tool]
 
 
 if __name__ == "__main__":

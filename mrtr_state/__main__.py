@@ -1,5 +1,5 @@
 """``python -m mrtr_state`` runs the CLI."""
 
-from .cli import main
+from ._launch import main
 
 main()

@@ -158,21 +158,46 @@ def one_shot_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 _encode = one_shot_encoder(_ENCODER)
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _depth(value: Any) -> int:
-    """Nesting depth of a parsed value, without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
+    """Nesting depth of a parsed value, level by level, queueing containers only (a state of a
+    hundred small objects costs a hundred steps, not one per value)."""
+    depth = 0
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    while level:
+        depth += 1
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            below += [child for child in children if isinstance(child, _CONTAINERS)]
+        level = below
+    return depth
+
+
+def _writable_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be written as the JSON it is: a member name that is not text (the
+    encoder would turn ``{1: 2}`` into ``{"1": 2}``, and a reader gets back something else), or
+    nesting deeper than :data:`MAX_DEPTH`. Walks containers level by level."""
+    depth = 0
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return f"value nests deeper than {MAX_DEPTH} levels"
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                for name in item:
+                    if not isinstance(name, str):
+                        return f"a member name is {type(name).__name__}, not text: {name!r}"
+                children: Any = item.values()
+            else:
+                children = item
+            below += [child for child in children if isinstance(child, _CONTAINERS)]
+        level = below
+    return None
 
 
 #: The strict scanner itself, for a hot path that inlines :func:`json_loads_object`: call it as
@@ -238,17 +263,19 @@ def encode_parsed(value: Any) -> str:
 def json_dumps(value: Any) -> str:
     """Compact JSON that :func:`json_loads` accepts again, or ``ValueError``.
 
-    What we write we must be able to read: a token minted with state our own verifier refuses
-    would be lost. So NaN, Infinity and over-deep nesting are refused here, like integers over
-    Python's 4,300-digit conversion limit.
+    What we write we must be able to read, as what it was: a token minted with state our own
+    verifier refuses would be lost. So NaN, Infinity and over-deep nesting are refused here, like
+    integers over Python's 4,300-digit conversion limit, and member names that are not text
+    (``{1: 2}`` would come back as ``{"1": 2}``).
     """
+    if isinstance(value, _CONTAINERS):
+        problem = _writable_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
     try:
-        text = _encode(value)
+        return _encode(value)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
-    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
-        raise ValueError(f"value nests deeper than {MAX_DEPTH} levels")
-    return text
 
 
 def json_bytes(value: Any) -> bytes:

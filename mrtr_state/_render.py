@@ -71,7 +71,7 @@ def inspection(view: Inspection, *, now: float, keyset_source: str | None) -> st
         lines.append(_row("payload", f"sealed, {view.sealed_bytes} bytes (use unseal)"))
     claims = view.claims
     if claims is not None:
-        state_member = {"mcp-py": "s", "mcp-ts": "p"}.get(anatomy.format, "st")
+        state_member = view.state_member
         shown = {k: v for k, v in claims.items() if k != state_member}
         # json escapes C0 controls but not DEL, C1 or bidi overrides: those are escaped here
         lines.append(_row("claims", printable(json.dumps(shown, ensure_ascii=False))))

@@ -40,6 +40,7 @@ from .tokens import verify
 __all__ = ["FINDING_KINDS", "AuditReport", "Finding", "audit_capture"]
 
 FINDING_KINDS = {
+    "empty_capture": "the capture holds no message at all (no line, or blank lines only)",
     "unparseable_line": "a line that is not a JSON-RPC message (or not strict JSON)",
     "input_required_not_allowed": "InputRequiredResult on a method other than tools/call, "
     "prompts/get, resources/read",
@@ -226,6 +227,10 @@ def audit_capture(
             answered, message.get("id"), number, result, ts, pending, issued, find, report
         )
     report.unanswered = len(pending)
+    if not report.messages and not report.findings:
+        # nothing audited is not a clean audit: a capture that came out empty (a wrong path, a
+        # capture that never ran) must not pass a gate that checks the exit code
+        find("empty_capture", (), "the capture holds no message at all")
     return report
 
 

@@ -55,7 +55,8 @@ class Claims(NamedTuple):
     exp: float
     jti: str | None
     sub: str | None = None
-    aud: str | None = None
+    #: One audience, or (in a JWT from another library) a list of them.
+    aud: str | list[str] | None = None
     rid: str | None = None
     #: For the SDK formats, the envelope exactly as the token carries it.
     raw: Mapping[str, Any] | None = None
@@ -112,12 +113,17 @@ def parse_claims(document: Any) -> Claims:
             and jti
             and "st" in document
             and (sub is None or (type(sub) is str and sub))
-            and (aud is None or (type(aud) is str and aud))
+            and (aud is None or (type(aud) is str and aud) or _audience_list(aud))
             and (rid is None or (type(rid) is str and rid))
             and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
         ):
             return _new_tuple(Claims, (document["st"], iat, exp, jti, sub, aud, rid, None))
     raise _refuse_claims(document)
+
+
+def _audience_list(value: Any) -> bool:
+    """RFC 7519 allows ``aud`` to be a list of audiences; ours are never empty, nor their items."""
+    return type(value) is list and bool(value) and all(type(a) is str and a for a in value)
 
 
 def _refuse_claims(document: Any) -> InvalidClaims:
@@ -139,8 +145,11 @@ def _refuse_claims(document: Any) -> InvalidClaims:
     for name in ("sub", "aud", "rid"):
         if name in document:
             value = document[name]
+            if name == "aud" and _audience_list(value):
+                continue
             if type(value) is not str or not value:
-                return InvalidClaims(f"claim {name} must be a non-empty string, got {_show(value)}")
+                what = "a non-empty string" + (" or list of them" if name == "aud" else "")
+                return InvalidClaims(f"claim {name} must be {what}, got {_show(value)}")
     return InvalidClaims("claims are not in the accepted shape")  # not reached: fail closed
 
 
@@ -210,7 +219,11 @@ def check_binding(claims: Claims, *, sub: str | None, aud: str | None, rid: str 
     if claims.sub is not None or sub is not None:
         _bound("principal", claims.sub, sub, PrincipalMismatch)
     if claims.aud is not None or aud is not None:
-        _bound("audience", claims.aud, aud, AudienceMismatch)
+        stored: Any = claims.aud
+        if type(stored) is list and aud is not None:
+            # a list names every audience the token is for: the verifier's must be one of them
+            stored = next((a for a in stored if _same(a, aud)), stored[0])
+        _bound("audience", stored, aud, AudienceMismatch)
     if claims.rid is not None or rid is not None:
         _bound("request", claims.rid, rid, RequestMismatch)
 

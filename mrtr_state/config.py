@@ -198,6 +198,10 @@ def _read_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {err.start}); TOML files are UTF-8"
+        ) from None
     unknown = sorted(set(data) - _KNOWN)
     if unknown:
         raise ConfigError(

@@ -110,7 +110,7 @@ def keyset_lock(path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
 
 _SOURCE_OF_TRUTH = (
     "keep the writable source of truth in a regular file of your own (mode 0600), run mrtr-state "
-    "against that file and ship it again (see Deploying in the README)"
+    "against that file and ship it again (see docs/deploying.md)"
 )
 
 

@@ -71,16 +71,30 @@ def _find(keyset: Keyset, kid: str) -> Key:
     return key
 
 
-def promote(keyset: Keyset, kid: str, *, now: int) -> tuple[Keyset, list[Change]]:
+def promote(
+    keyset: Keyset, kid: str, *, now: int, propagation: int | None = None
+) -> tuple[Keyset, list[Change]]:
     """Make ``kid`` (pending, or active as a roll-back) the primary of its algorithm.
 
-    The previous primary becomes active: it stops minting but keeps verifying its tokens.
+    The previous primary becomes active: it stops minting but keeps verifying its tokens. With
+    ``propagation``, a pending key younger than that is refused (``ValueError``): replicas that
+    have not loaded it yet would refuse every token it mints.
     """
     key = _find(keyset, kid)
     if key.status == "primary":
         return keyset, []
     if key.status == "retired":
         raise KeysetInvalid(f"key {kid} is retired and cannot be promoted; add a new key")
+    pending_since = key.since.get("pending")
+    if propagation is not None and key.status == "pending" and pending_since is not None:
+        waited = now - pending_since
+        if waited < propagation:
+            raise ValueError(
+                f"key {kid} has been pending for {ago(max(0, waited))}, less than "
+                f"the propagation delay of {ago(propagation)}: replicas that have "
+                "not loaded it yet would refuse its tokens. Wait "
+                f"{ago(propagation - waited)}, or promote anyway with --force"
+            )
     changes = [Change("promote", kid, key.alg, f"{key.status} -> primary: mints from now on")]
     changed = {kid: _entered(key, "primary", now)}
     old = next((k for k in keyset if k.alg == key.alg and k.status == "primary"), None)

@@ -13,7 +13,7 @@ Backends, chosen by URL:
 * ``sqlite:///path/replay.db``: many processes on one machine (WAL, an atomic insert that fails
   on a second redemption, expired rows purged as it goes);
 * ``redis://host:port/db``: a fleet (``SET key 1 NX PX remaining-lifetime``), through the optional
-  ``redis`` package (``pip install mrtr-state[redis]``).
+  ``redis`` package (``pip install 'mrtr-state[redis]'``).
 
 Every failure of a store (unreachable, unwritable, corrupt) raises :class:`ReplayStoreError`:
 verification fails closed rather than silently accepting a token it could not record.
@@ -184,7 +184,7 @@ class RedisStore:
             import redis
         except ImportError:
             raise ReplayStoreError(
-                "the redis replay store needs the redis package: pip install mrtr-state[redis]"
+                "the redis replay store needs the redis package: pip install 'mrtr-state[redis]'"
             ) from None
         self.url = url
         self._client: Any = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)

@@ -208,13 +208,17 @@ def _bind_keyed(secret: bytes) -> Any:
     return hmac_key(secret, _BIND_LABEL)
 
 
-def bind_tag(key: Key, value: str) -> str:
+def bind_tag(key: Key, value: str | bytes) -> str:
+    """The SDK's tag of a bind value; text is taken as its UTF-8 bytes, as the SDK's
+    ``TextEncoder`` takes a JavaScript string."""
     state = key.prepared("mcp-ts-bind", _bind_keyed).copy()
-    state.update(value.encode("utf-8"))
+    state.update(value.encode("utf-8") if isinstance(value, str) else value)
     return b64url_encode(state.finalize()[:16])
 
 
-def mcp_ts_envelope(state: Any, *, key: Key, now: float, ttl: int, bind: str | None) -> bytes:
+def mcp_ts_envelope(
+    state: Any, *, key: Key, now: float, ttl: int, bind: str | bytes | None
+) -> bytes:
     """The body the TypeScript SDK signs: ``{"p":payload,"exp":seconds,"b"?:tag}``."""
     body: dict[str, Any] = {"p": state, "exp": int(now) + ttl}
     if bind is not None:
@@ -230,7 +234,12 @@ def _over_cap(lifetime: float, ttl_cap: float) -> str:
 
 
 def check_mcp_ts(
-    plaintext: bytes, *, key: Key, now: float, bind: str | None, ttl_cap: float | None = None
+    plaintext: bytes,
+    *,
+    key: Key,
+    now: float,
+    bind: str | bytes | None,
+    ttl_cap: float | None = None,
 ) -> Claims:
     """Accept a TypeScript-SDK body on the SDK's conditions, and (beyond the SDK, which has no
     issue time) only while ``exp`` lies at most ``ttl_cap`` ahead."""
@@ -266,7 +275,7 @@ def check_mcp_ts(
 
 
 def mcp_ts_accepted(
-    plaintext: bytes, *, key: Key, now: float, bind: str | None, ttl_cap: float
+    plaintext: bytes, *, key: Key, now: float, bind: str | bytes | None, ttl_cap: float
 ) -> Claims | None:
     """The claims :func:`check_mcp_ts` would return, when the body is well-formed and valid;
     else None (exceptions may escape): the common case of every retry in one straight run, the

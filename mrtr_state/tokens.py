@@ -109,6 +109,8 @@ def _now(now: float | None) -> float:
 
 def _text(token: str | bytes, policy: Policy) -> str:
     """Size-check and normalise untrusted token input to ASCII text."""
+    if not isinstance(token, str | bytes):
+        raise TypeError(f"token must be str or bytes, not {type(token).__name__}")
     if len(token) > policy.max_size:
         raise OversizedToken(
             f"token is {len(token)} bytes, over the {policy.max_size}-byte size cap"
@@ -118,8 +120,6 @@ def _text(token: str | bytes, policy: Policy) -> str:
             return token.decode("ascii")
         except UnicodeDecodeError:
             raise MalformedToken("token holds non-ASCII bytes") from None
-    if not isinstance(token, str):
-        raise TypeError(f"a token is a str, not {type(token).__name__}")
     if not token.isascii():
         raise MalformedToken("token holds non-ASCII characters")
     return token
@@ -236,19 +236,26 @@ class _Request:
         method: str | None = None,
         target: str | None = None,
         arguments: Any = None,
-        bind: str | None = None,
+        bind: str | bytes | None = None,
     ) -> None:
         self.method, self.target, self.arguments, self.bind = method, target, arguments, bind
 
 
 def _request(
-    method: str | None, target: str | None, arguments: Any, bind: str | None
+    method: str | None, target: str | None, arguments: Any, bind: str | bytes | None
 ) -> _Request | None:
     if method is None and target is None and arguments is None and bind is None:
         return None
     if method is None and (target is not None or arguments is not None):
         # a binding stated but not carried would mint (or accept) an unbound token
         raise ValueError("target and arguments bind a request only together with its method")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise ValueError(
+            "arguments must be a JSON object (MCP tool and prompt arguments are objects), "
+            f"not {type(arguments).__name__}"
+        )
+    if bind is not None and not isinstance(bind, str | bytes):
+        raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
     return _Request(method, target, arguments, bind)
 
 
@@ -324,7 +331,7 @@ def _check_stated(principal: Any, request_id: Any, audience: Any, bind: Any) -> 
         ("audience", audience),
         ("bind", bind),
     ):
-        if value is not None:
+        if value is not None and not (name == "bind" and isinstance(value, bytes)):
             _check_text(name, value)
 
 
@@ -342,7 +349,7 @@ def issue(
     method: str | None = None,
     target: str | None = None,
     arguments: Any = None,
-    bind: str | None = None,
+    bind: str | bytes | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
     token, key, claims = _seal_claims(
@@ -386,7 +393,7 @@ def mint(
     method: str | None = None,
     target: str | None = None,
     arguments: Any = None,
-    bind: str | None = None,
+    bind: str | bytes | None = None,
 ) -> str:
     """Mint a requestState token carrying ``state`` (any JSON value) under the primary key.
 
@@ -425,7 +432,7 @@ def verify(
     method: str | None = None,
     target: str | None = None,
     arguments: Any = None,
-    bind: str | None = None,
+    bind: str | bytes | None = None,
 ) -> Claims:
     """Verify ``token`` and return its claims, or raise a subclass of :class:`InvalidToken`.
 
@@ -781,7 +788,7 @@ def _verify_sdk(
     method: str | None,
     target: str | None,
     arguments: Any,
-    bind: str | None,
+    bind: str | bytes | None,
     policy: Policy,
 ) -> Claims:
     """The envelope checks of the official SDKs, each exactly as its SDK makes them, plus the
@@ -890,10 +897,24 @@ def open_envelope(
     return fmt.name, plaintext[1:]
 
 
+#: What a token's plaintext is, by format when the format decides it, and where the state sits.
+_ENVELOPE_OF = {"mcp-py": "mcp-py", "mcp-ts": "mcp-ts"}
+_STATE_MEMBER = {"mcp-py": "s", "mcp-ts": "p", "claims": "st"}
+
+
 class Inspection:
     """What :func:`inspect` found. ``verified`` is true only if every check that ran passed."""
 
-    __slots__ = ("anatomy", "claims", "key_status", "notes", "problem", "sealed_bytes", "verified")
+    __slots__ = (
+        "anatomy",
+        "claims",
+        "envelope",
+        "key_status",
+        "notes",
+        "problem",
+        "sealed_bytes",
+        "verified",
+    )
 
     def __init__(
         self,
@@ -905,8 +926,10 @@ class Inspection:
         sealed_bytes: int | None = None,
         problem: InvalidToken | None = None,
         notes: tuple[str, ...] = (),
+        envelope: str | None = None,
     ) -> None:
         self.anatomy = anatomy
+        self.envelope = envelope or _ENVELOPE_OF.get(anatomy.format, "claims")
         self.verified = verified
         self.key_status = key_status
         self.claims = claims
@@ -928,6 +951,16 @@ class Inspection:
     def kid(self) -> str:
         return self.anatomy.kid
 
+    @property
+    def state_member(self) -> str:
+        """The claim that carries the state: ``st`` in ours, ``s`` or ``p`` in the SDKs'."""
+        return _STATE_MEMBER.get(self.envelope, "st")
+
+    @property
+    def state(self) -> Any:
+        """The state the claims carry (None when they could not be read)."""
+        return None if self.claims is None else self.claims.get(self.state_member)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view; never holds key material."""
         claims = self.claims
@@ -942,7 +975,9 @@ class Inspection:
             else {"code": self.problem.code, "message": str(self.problem)},
             "header": self.anatomy.header,
             "fields": dict(self.anatomy.fields),
+            "envelope": self.envelope,
             "claims": claims,
+            "state": self.state,
             "sealed_bytes": self.sealed_bytes,
             "issued_at": claims.get("iat") if claims else None,
             "expires_at": claims.get("exp") if claims else None,
@@ -983,6 +1018,7 @@ def inspect(
     key = keyset.get(anatomy.kid)
     sealed_bytes: int | None = None
     problem: InvalidToken | None = None
+    envelope: str | None = None
     try:
         key, plaintext = fmt.open(keyset, text)
         if sdk_format:
@@ -993,6 +1029,7 @@ def inspect(
             if found is not None:
                 raise found
         elif plaintext[:1] == _SDK_ENVELOPE:
+            envelope = "mcp-py"
             document = json_loads(plaintext[1:])
             claims_view = document if isinstance(document, dict) else None
             notes.append(
@@ -1003,6 +1040,7 @@ def inspect(
             if found is not None:
                 raise found
         elif plaintext[:1] == _SEALED:
+            envelope = "sealed"
             sealed_bytes = len(plaintext) - 1
             notes.append("sealed payload: no claims, no expiry, no binding")
         else:
@@ -1022,6 +1060,7 @@ def inspect(
         sealed_bytes=sealed_bytes,
         problem=problem,
         notes=tuple(notes),
+        envelope=envelope,
     )
 
 

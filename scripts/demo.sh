@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# The whole mrtr-state flow on the default keyset (keys/keyset.json), explained as it runs.
+# The whole mrtr-state flow on the demo's own keyset (keys/keyset.json), explained as it runs.
 set -euo pipefail
+
+# The demo writes keys: it must never touch a keyset the environment or a config file points at
+# (MRTR_STATE_KEYSET=/srv/prod/keyset.json make demo). So every MRTR_STATE_* setting is cleared
+# and a private config (mktemp: 0600) names the demo's keyset, which also beats any
+# mrtr-state.toml found in this folder.
+for name in $(env | sed -n 's/^\(MRTR_STATE_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$name"; done
+demo_config=$(mktemp)
+trap 'rm -f "$demo_config"' EXIT
+printf "keyset = '%s'\n" "$PWD/keys/keyset.json" > "$demo_config"
+export MRTR_STATE_CONFIG="$demo_config"
 
 # Bold headings on a terminal, unless NO_COLOR is set (no-color.org) or TERM is dumb.
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ] && [ "${TERM:-}" != dumb ]; then
@@ -10,10 +20,11 @@ else
 fi
 show() { printf '$ %s\n' "$*"; "$@"; }
 
+step "The demo uses its own keyset, keys/keyset.json (MRTR_STATE_* settings and config files are ignored here)"
 if [ -f keys/keyset.json ]; then
-  step "Using the existing keyset keys/keyset.json"
+  echo "keys/keyset.json exists: using it"
 else
-  step "No keyset yet: create keys/keyset.json (mode 0600, one primary key per format)"
+  echo "No keyset yet: create keys/keyset.json (mode 0600, one primary key per format)"
   show mrtr-state keys init
 fi
 

@@ -36,7 +36,7 @@ def test_add_promote_and_the_old_primary_keeps_verifying(path: Path) -> None:
     token = run("--keyset", str(path), "mint", "--state", '"old"').stdout.strip()
     added = json.loads(run("--keyset", str(path), "keys", "add", "--json").stdout)
     assert added["status"] == "pending"
-    promoted = run("--keyset", str(path), "keys", "promote", added["kid"])
+    promoted = run("--keyset", str(path), "keys", "promote", added["kid"], "--force")
     assert promoted.stdout.splitlines() == [
         f"promote {added['kid']} (A256GCM): pending -> primary: mints from now on",
         f"demote {first} (A256GCM): primary -> active: verifies only",

@@ -55,3 +55,38 @@ def test_make_demo_runs_the_main_job_on_a_fresh_keyset(tmp_path: Path) -> None:
     assert "added pending" in done.stdout or "add " in done.stdout
     listed = ms.Keyset.load(tmp_path / "keys" / "keyset.json")
     assert sorted(k.status for k in listed if k.alg == "A256GCM") == ["pending", "primary"]
+
+
+def test_make_demo_uses_its_own_keyset_whatever_the_environment_says(tmp_path: Path) -> None:
+    """`MRTR_STATE_KEYSET=/srv/prod/keyset.json make demo` must not add keys to the prod file,
+    nor must a config file in the folder or MRTR_STATE_CONFIG redirect it."""
+    prod = tmp_path / "prod" / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(prod)
+    before = prod.read_bytes()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    config = workdir / "mrtr-state.toml"
+    config.write_text(f'keyset = "{prod}"\n')
+    config.chmod(0o600)
+    env = {
+        **os.environ,
+        "MRTR_STATE_KEYSET": str(prod),
+        "MRTR_STATE_CONFIG": str(config),
+        "MRTR_STATE_KEYSET_JSON": prod.read_text(),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "NO_COLOR": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "The demo uses its own keyset, keys/keyset.json" in done.stdout
+    assert prod.read_bytes() == before
+    assert len(ms.Keyset.load(workdir / "keys" / "keyset.json")) >= 4

@@ -106,7 +106,7 @@ def test_a_token_comes_from_the_argument_a_file_or_stdin(ks: Path, tmp_path: Pat
     missing = run("--keyset", str(ks), "verify", f"@{tmp_path / 'none'}", code=2)
     assert "cannot read token file" in missing.stderr
     assert run("--keyset", str(ks), "unseal", input="\n", code=2).stderr.endswith(
-        "no token in stdin\n"
+        "no token on stdin\n"
     )
 
 
@@ -245,8 +245,8 @@ def test_the_readmes_shell_completion_works(shell: str) -> None:
     import subprocess
     import sys
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert f"_MRTR_STATE_COMPLETE={shell}_source mrtr-state" in readme
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    assert f"_MRTR_STATE_COMPLETE={shell}_source mrtr-state" in reference
     done = subprocess.run(
         [sys.executable, "-c", "from mrtr_state.cli import main; main()"],
         env={**os.environ, "_MRTR_STATE_COMPLETE": f"{shell}_source"},

@@ -70,12 +70,12 @@ class LazyGroup(ErrorMappingGroup):
 @click.option(
     "--keyset",
     "-k",
-    type=click.Path(dir_okay=False),
+    metavar="PATH",
     help=KEYSET_HELP + " Also accepted after any command.",
 )
 @click.option(
     "--config",
-    type=click.Path(dir_okay=False),
+    metavar="PATH",
     help=CONFIG_HELP + " Also accepted after any command.",
 )
 @click.version_option(None, "-V", "--version", package_name="mrtr-state")
@@ -98,10 +98,22 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
         ctx.color = False  # no-color.org; every sub-command's context inherits it
 
 
+#: The exit code of a command interrupted with Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Run the CLI: click's own handling, except that Ctrl-C exits 130 (never 1, which means
+    "rejected") and a closed stdout ends a batch quietly."""
     try:
-        cli.main(prog_name="mrtr-state")
+        code = cli.main(prog_name="mrtr-state", standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        sys.stderr.write("\ninterrupted\n")
+        sys.exit(INTERRUPTED)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
     except BrokenPipeError:  # `mrtr-state verify - < big | head` closes our stdout early
         sys.stderr.close()
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -79,10 +79,20 @@ def binding_options(func: F) -> F:
         click.option("--target", metavar="T", help="Tool name, prompt name or resource URI."),
         click.option("--arguments", metavar="JSON", help="Request arguments as a JSON object."),
         click.option("--bind", metavar="VALUE", help="mcp-ts only: the SDK's bind value."),
+        click.option(
+            "--bind-file",
+            metavar="FILE",
+            help="mcp-ts only: the bind value as the bytes of FILE, exactly (NUL bytes and "
+            "newlines included; nothing is stripped).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+#: The most bytes a bind value file may hold.
+MAX_BIND_BYTES = 1 << 16
 
 
 def request_binding(
@@ -91,6 +101,7 @@ def request_binding(
     target: str | None,
     arguments: str | None,
     bind: str | None = None,
+    bind_file: str | None = None,
 ) -> dict[str, Any]:
     """The request-binding keyword arguments of mint and verify, from the command line."""
     if request_id is not None and (method or target or arguments):
@@ -99,13 +110,48 @@ def request_binding(
         raise click.UsageError("a request binding needs both --method and --target")
     if arguments is not None and method is None:
         raise click.UsageError("--arguments needs --method and --target")
+    if bind is not None and bind_file is not None:
+        raise click.UsageError("give --bind or --bind-file, not both")
+    parsed = None if arguments is None else parse_json(arguments, "--arguments")
+    if arguments is not None and not isinstance(parsed, dict):
+        raise click.UsageError(
+            "--arguments must be a JSON object (MCP tool and prompt arguments are objects), "
+            f"not a JSON {_json_kind(parsed)}"
+        )
+    bound: str | bytes | None = bind
+    if bind_file is not None:
+        bound = read_small_file(bind_file, MAX_BIND_BYTES, "bind file")
     return {
         "request_id": request_id,
         "method": method,
         "target": target,
-        "arguments": None if arguments is None else parse_json(arguments, "--arguments"),
-        "bind": bind,
+        "arguments": parsed,
+        "bind": bound,
     }
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if value is None or isinstance(value, bool):
+        return "literal"
+    return "number"
+
+
+def read_small_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path`` exactly, refused (usage error) when unreadable or over ``limit``."""
+    from ._stdin import read_bounded
+
+    try:
+        with open(path, "rb") as handle:
+            data = read_bounded(handle, limit)
+    except OSError as err:
+        raise click.UsageError(f"cannot read {what} {path}: {err.strerror}") from None
+    if data is None:
+        raise click.UsageError(f"{what} {path} is over {limit} bytes")
+    return data
 
 
 def parse_json(text: str, what: str) -> Any:
@@ -150,29 +196,40 @@ def token_source(token: str | None) -> str:
     return token
 
 
+NO_TOKEN = "no token"
+
+
 def single_token(token: str | None, limit: int) -> str:
     """The one token given as an argument, @FILE or on stdin, stripped of surrounding
-    whitespace (terminals and editors add newlines). Input is read only up to ``limit``."""
+    whitespace (terminals and editors add newlines). Input is read only up to ``limit``.
+
+    No token (an empty argument, empty stdin, an empty file) is a usage error, never a token
+    checked and found wanting: ``if mrtr-state verify ...`` must not pass on nothing.
+    """
+    from ..errors import OversizedToken
     from ._stdin import read_bounded
 
     source = token_source(token)
     if source == "-":
         data = read_bounded(sys.stdin.buffer, limit)
-        where = "stdin"
+        where = "on stdin"
     elif source.startswith("@"):
-        where = source[1:]
+        where = f"in {source[1:]}"
         try:
-            with open(where, "rb") as handle:
+            with open(source[1:], "rb") as handle:
                 data = read_bounded(handle, limit)
         except OSError as err:
-            raise click.UsageError(f"cannot read token file {where}: {err.strerror}") from None
+            raise click.UsageError(f"cannot read token file {source[1:]}: {err.strerror}") from None
     else:
-        return source.strip()
-    if data is None:
-        raise click.UsageError(f"the token in {where} is over the {limit}-byte size cap")
+        text = source.strip()
+        if not text:
+            raise click.UsageError(f"{NO_TOKEN}: the TOKEN argument is empty")
+        return text
+    if data is None:  # the same refusal as a long argument: a token, and too long
+        raise OversizedToken(f"the token {where} is over the {limit}-byte size cap")
     text = data.decode("ascii", "replace").strip()
     if not text:
-        raise click.UsageError(f"no token in {where}")
+        raise click.UsageError(f"{NO_TOKEN} {where}")
     return text
 
 

@@ -38,18 +38,17 @@ def with_global_options(command: click.Command) -> click.Command:
     """
     names = {name for param in command.params for name in getattr(param, "opts", ())}
     if "--keyset" not in names:
-        path = click.Path(dir_okay=False)
         command.params += [
             click.Option(
                 ["--keyset", "-k"],
-                type=path,
+                metavar="PATH",
                 expose_value=False,
                 callback=_remember_flag,
                 help=KEYSET_HELP,
             ),
             click.Option(
                 ["--config"],
-                type=path,
+                metavar="PATH",
                 expose_value=False,
                 callback=_remember_flag,
                 help=CONFIG_HELP,

@@ -101,6 +101,7 @@ def audit_cmd(
             click.echo(f"  {kind}: {count} ({FINDING_KINDS[kind]})")
         for finding in report.findings:
             lines_text = ", ".join(str(n) for n in finding.lines)
-            click.echo(f"line {lines_text}: {finding.kind}: {finding.message}")
+            where = f"line {lines_text}: " if finding.lines else ""
+            click.echo(f"{where}{finding.kind}: {finding.message}")
     if not report.clean:
         raise click.exceptions.Exit(1)

@@ -95,9 +95,11 @@ def _step(
     dry_run: bool,
     as_json: bool,
     due: Callable[[Keyset], list[dict[str, Any]]] | None = None,
+    before: list[life.Change] | None = None,
 ) -> None:
-    """Apply one lifecycle step under the keyset lock (or only report it) and print the changes."""
-    changes: list[life.Change] = []
+    """Apply one lifecycle step under the keyset lock (or only report it) and print the changes
+    (after ``before``, changes made earlier in the same command)."""
+    changes: list[life.Change] = list(before or ())
 
     def change(current: Keyset) -> Keyset:
         changed, made = step(current)
@@ -365,12 +367,19 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
 
 @keys.command("promote")
 @click.argument("kid")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote a pending key before its propagation delay has passed.",
+)
 @json_option
 @pass_app
-def keys_promote(app: App, kid: str, as_json: bool) -> None:
+def keys_promote(app: App, kid: str, force: bool, as_json: bool) -> None:
     """Make pending key KID the primary; the old primary becomes active (verify-only).
 
-    Promote only once every replica has the keyset that holds KID.
+    Promote only once every replica has the keyset that holds KID: a key pending for less than
+    the propagation delay (config 'propagation', default 1h) is refused unless --force. An
+    active key (a roll-back) is promoted at once.
 
     \b
     Example:
@@ -378,9 +387,10 @@ def keys_promote(app: App, kid: str, as_json: bool) -> None:
     """
     settings = app.settings()
     path = app.writable_path(settings)
+    wait = None if force else settings.propagation
     _step(
         path,
-        lambda current: life.promote(current, kid, now=_now()),
+        lambda current: life.promote(current, kid, now=_now(), propagation=wait),
         dry_run=False,
         as_json=as_json,
     )
@@ -555,6 +565,12 @@ def keys_list(app: App, as_json: bool) -> None:
     "How long a primary mints before it is replaced [config 'rotate_every'; default 30d].",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@click.option(
+    "--init-if-missing",
+    is_flag=True,
+    help="Create the keyset (one primary per --alg, else per format) if the file does not exist; "
+    "an existing keyset is never replaced. For the first run of a rotation job.",
+)
 @json_option
 @pass_app
 def rotate(
@@ -564,6 +580,7 @@ def rotate(
     retention: int | None,
     every: int | None,
     dry_run: bool,
+    init_if_missing: bool,
     as_json: bool,
 ) -> None:
     """Advance key rotation by one safe step; made for cron and deploy scripts.
@@ -579,7 +596,7 @@ def rotate(
     Examples:
       mrtr-state rotate --dry-run
       mrtr-state rotate --every 7d --json | jq .next_due
-      */15 * * * *  mrtr-state --keyset /etc/mcp/keyset.json rotate --json >> /var/log/rotate.log
+      */15 * * * *  mrtr-state -k /etc/mcp/keyset.json rotate --json >> /var/log/rotate.log 2>&1
     """
     settings = app.settings()
     path = app.writable_path(settings)
@@ -597,6 +614,12 @@ def rotate(
             f"{format_duration(settings.policy.ttl_cap)}: rotation would retire keys whose "
             "tokens are still valid"
         )
+    created: list[life.Change] = []
+    if init_if_missing and not path.exists():
+        if dry_run:
+            click.echo(f"would create {path}", err=True)
+            return
+        created = _create_if_missing(path, algs or OWN_ALGORITHMS)
     _step(
         path,
         lambda current: life.rotate(
@@ -605,4 +628,21 @@ def rotate(
         dry_run=dry_run,
         as_json=as_json,
         due=lambda keyset: life.due_list(keyset, propagation=wait, retention=keep, every=period),
+        before=created,
     )
+
+
+def _create_if_missing(path: Path, algs: tuple[str, ...]) -> list[life.Change]:
+    """A new keyset at ``path``, unless one appeared meanwhile (checked again under the lock:
+    of two jobs racing to create it, one creates and the other keeps what it finds)."""
+    made: list[life.Change] = []
+
+    def create(current: Keyset) -> Keyset:
+        if len(current):
+            return current
+        fresh = Keyset.generate(algs, now=_now())
+        made.extend(life.Change("init", k.kid, k.alg, "new primary: mints") for k in fresh)
+        return current.with_keys(fresh)
+
+    Keyset.update(path, create, create=True)
+    return made

@@ -8,7 +8,7 @@ import click
 
 from ._common import App, duration_option, fail, pass_app
 
-#: Exit code when the proxy cannot listen (address in use, not permitted); see the README.
+#: Exit code when the proxy cannot listen (address in use, not permitted); see docs/cli.md.
 LISTEN_ERROR = 7
 
 

@@ -14,11 +14,12 @@ from .._encoding import json_dumps
 from .._printable import printable, terminal_json
 from ..claims import Claims
 from ..durations import format_duration
-from ..errors import InvalidToken, KeysetNotFound, OversizedToken
+from ..errors import InvalidToken, KeysetNotFound, MrtrStateError, OversizedToken
 from ..keyset import Keyset
 from ..tokens import inspect as inspect_token
 from ..tokens import issue, seal, unseal, verify, verify_for_output
 from ._common import (
+    NO_TOKEN,
     App,
     binding_options,
     duration_option,
@@ -64,6 +65,7 @@ def mint(
     target: str | None,
     arguments: str | None,
     bind: str | None,
+    bind_file: str | None,
     ttl: int | None,
     state: str | None,
     as_json: bool,
@@ -86,7 +88,7 @@ def mint(
             if ttl > 0
             else "--ttl must be at least 1s"
         )
-    request = request_binding(request_id, method, target, arguments, bind)
+    request = request_binding(request_id, method, target, arguments, bind, bind_file)
     carried = read_state(state)
     keyset = app.keyset(settings)
     minted = issue(
@@ -116,6 +118,14 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
     return {"valid": True, "claims": claims_dict}
 
 
+class _Unusable(MrtrStateError):
+    """A line of a batch that holds no token to check: empty, or (with --jsonl) not a usable
+    request. Answered in its place like a rejection, but with the usage exit code."""
+
+    code = "no_token"
+    exit_code = 2
+
+
 @click.command("verify")
 @format_option("Accept only this format [default: any, detected].")
 @binding_options
@@ -125,6 +135,12 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
     metavar="URL",
     help="Where --once records tokens: memory:, sqlite:///PATH or redis://HOST:PORT/DB "
     "[env MRTR_STATE_REPLAY_STORE; config 'replay_store'; default memory:].",
+)
+@click.option(
+    "--jsonl",
+    is_flag=True,
+    help="Each stdin line is a JSON object: the token and its own bindings (principal, "
+    "audience, request_id or method/target/arguments, bind); options given here are defaults.",
 )
 @json_option
 @click.argument("token", required=False)
@@ -139,38 +155,46 @@ def verify_cmd(
     target: str | None,
     arguments: str | None,
     bind: str | None,
+    bind_file: str | None,
     once: bool,
     replay_store: str | None,
+    jsonl: bool,
     as_json: bool,
     token: str | None,
 ) -> None:
     """Verify TOKEN (or each line of stdin for -); print its state.
 
     Text output is the state as JSON; --json prints every claim. A rejection names its reason on
-    stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem). With -
-    each input line gives one output line, the state or "rejected: REASON", and the exit code is
-    that of the first rejection. TOKEN may also be @FILE; with no TOKEN, a pipe or file on stdin
-    is read as with -. With --once a token already redeemed exits 5: give --replay-store
-    sqlite:///PATH or redis://... so that what one run redeems binds the next (memory: spans a
-    single "verify -" run only); an unreachable store exits 6.
+    stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem); no
+    token at all (an empty argument, empty stdin) exits 2. With - each input line gives one
+    output line, the state or "rejected: REASON" (an empty line is "rejected: empty line"), and
+    the exit code is that of the first rejection. TOKEN may also be @FILE; with no TOKEN, a pipe
+    or file on stdin is read as with -. With --jsonl each line carries its own token and
+    bindings, for a capture whose tokens belong to different principals and requests. With
+    --once a token already redeemed exits 5: give --replay-store sqlite:///PATH or redis://...
+    so that what one run redeems binds the next (memory: spans a single "verify -" run only);
+    an unreachable store exits 6.
 
     \b
     Examples:
       mrtr-state verify -p alice -r req-42 "$TOKEN"
       pbpaste | mrtr-state verify -p alice -r req-42
       mrtr-state verify --json --audience fleet - < captured-tokens.txt
+      mrtr-state verify --jsonl --json - < checks.jsonl
       mrtr-state verify --once --replay-store sqlite:////var/lib/mcp/replay.db "$TOKEN"
     """
     if replay_store is not None and not once:
         raise click.UsageError("--replay-store is used only with --once")
     source = token_source(token)
+    if jsonl and source != "-":
+        raise click.UsageError("--jsonl reads its lines from stdin: give - (or pipe them in)")
     settings = app.settings(audience=audience, replay_store=replay_store)
     if once and source != "-" and settings.replay_store == "memory:":
         raise click.UsageError(
             "--once with the memory: store protects nothing across runs: give --replay-store "
             "sqlite:///PATH or redis://HOST:PORT/DB (or replay_store in the config)"
         )
-    request = request_binding(request_id, method, target, arguments, bind)
+    request = request_binding(request_id, method, target, arguments, bind, bind_file)
     keyset = app.keyset(settings)
     store = None
     if once:
@@ -196,7 +220,12 @@ def verify_cmd(
     # a line may carry surrounding whitespace: allow a little over the token cap
     limit = settings.policy.max_size + 256
     if source == "-":
-        if as_json:
+        if jsonl:
+            per_line = _JsonlChecks(keyset, options, as_json)
+            code = _verify_lines(
+                per_line.check, limit * 2, _json_line if as_json else _state_line, raw=True
+            )
+        elif as_json:
             code = _verify_lines(checked, limit, _json_line)
         else:
             code = _verify_lines(printed, limit, _state_line)
@@ -217,7 +246,8 @@ def verify_cmd(
         click.echo(terminal_json(shown))
 
 
-def _json_line(claims: Claims, number: int) -> str:
+def _json_line(result: Any, number: int) -> str:
+    claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
     return json_dumps({"line": number, **_verify_result(claims.to_dict())})
 
 
@@ -225,16 +255,73 @@ def _state_line(result: tuple[Claims, str], number: int) -> str:
     return result[1]
 
 
+#: What a --jsonl line may hold besides its token, and the verify keyword each one sets.
+_JSONL_MEMBERS = {
+    "principal": "principal",
+    "audience": "audience",
+    "request_id": "request_id",
+    "method": "method",
+    "target": "target",
+    "arguments": "arguments",
+    "bind": "bind",
+}
+_REQUEST_MEMBERS = ("request_id", "method", "target", "arguments", "bind")
+
+
+class _JsonlChecks:
+    """``verify --jsonl``: one JSON object per line, each with its token and its own bindings."""
+
+    def __init__(self, keyset: Keyset, defaults: dict[str, Any], as_json: bool) -> None:
+        self.keyset = keyset
+        self.defaults = defaults
+        self.as_json = as_json
+
+    def check(self, line: bytes) -> Any:
+        from .._encoding import EncodingError, json_loads
+
+        try:
+            document = json_loads(line.decode("utf-8"))
+        except (EncodingError, UnicodeDecodeError) as err:
+            raise _Unusable(f"not a JSON object: {err}") from None
+        if not isinstance(document, dict):
+            raise _Unusable("not a JSON object")
+        unknown = sorted(set(document) - {"token", *_JSONL_MEMBERS})
+        if unknown:
+            raise _Unusable(f"unknown member {', '.join(unknown)}")
+        token = document.get("token")
+        if not isinstance(token, str) or not token.strip():
+            raise _Unusable("no token")
+        options = dict(self.defaults)
+        if any(name in document for name in _REQUEST_MEMBERS):
+            for name in _REQUEST_MEMBERS:  # the line's request binding replaces the default
+                options.pop(name, None)
+        for name, keyword in _JSONL_MEMBERS.items():
+            if name in document:
+                options[keyword] = document[name]
+        try:
+            if self.as_json:
+                return verify(self.keyset, token.strip(), **options)
+            return verify_for_output(self.keyset, token.strip(), **options)
+        except ValueError as err:  # a binding the token's format cannot carry, and the like
+            raise _Unusable(str(err)) from None
+
+
 def _verify_lines(
-    check: Callable[[str | bytes], T], limit: int, render: Callable[[T, int], str]
+    check: Callable[[Any], T],
+    limit: int,
+    render: Callable[[T, int], str],
+    *,
+    raw: bool = False,
 ) -> int:
     """Verify one token per line of stdin; one result line each. Returns the exit code.
 
     Results go to stdout's byte stream: a batch of a million tokens should spend its time
-    verifying, not in the text layer's per-write encoding.
+    verifying, not in the text layer's per-write encoding. ``raw`` hands each line to ``check``
+    as bytes (``--jsonl``). Stdin with no token on any line is a usage error (exit 2).
     """
     as_json = render is _json_line
     first_failure = 0
+    tokens = 0
     sys.stdout.flush()
     out = sys.stdout.buffer
     answers: list[str] = []  # at most one chunk of input's worth, written before each read
@@ -251,15 +338,20 @@ def _verify_lines(
         for number, line in enumerate(read_lines(sys.stdin.buffer, limit, write_answers), start=1):
             try:
                 if line is None:
+                    tokens += 1
                     raise OversizedToken(f"line {number} is over the {limit}-byte size cap")
                 text = line.strip()
                 if not text:
-                    continue
-                try:  # verify's quick path takes text; bytes that are not ASCII get its reason
-                    result = check(text.decode("ascii"))
-                except UnicodeDecodeError:
+                    raise _Unusable("empty line")
+                tokens += 1
+                if raw:
                     result = check(text)
-            except InvalidToken as err:
+                else:
+                    try:  # verify's quick path takes text; bytes not ASCII get its reason
+                        result = check(text.decode("ascii"))
+                    except UnicodeDecodeError:
+                        result = check(text)
+            except (InvalidToken, _Unusable) as err:
                 first_failure = first_failure or err.exit_code
                 if as_json:
                     failure = {"code": err.code, "message": str(err)}
@@ -270,6 +362,9 @@ def _verify_lines(
             answer(render(result, number))
     finally:
         write_answers()
+    if not tokens:
+        click.echo(f"error: {NO_TOKEN} on stdin", err=True)
+        return 2
     return first_failure
 
 
@@ -282,8 +377,10 @@ def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
 
     Works without a key: format, key id, and for readable formats the claims, all marked NOT
     VERIFIED. With the keyset at hand it also checks the tag and lifetime (not the bindings).
-    TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects each line, with --json
-    one JSON object per line.
+    TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects every line, each under its
+    line number (with --json one JSON object per line, with "line"); a line that is not a token
+    is reported in its place, and the exit code is that of the first such line (2 for an empty
+    one), after all lines are done.
 
     \b
     Examples:
@@ -301,33 +398,53 @@ def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
         keyset = None  # no keyset at the default path: inspect works without one
     keyset_source = None if keyset is None else settings.keyset_file
     if source != "-":
-        _inspect_one(single_token(source, limit), keyset, keyset_source, settings, as_json)
+        text = single_token(source, limit)
+        click.echo(_inspected(text, keyset, keyset_source, settings, as_json, None))
         return
-    seen = 0
+    first_failure, tokens = 0, 0
     for number, line in enumerate(read_lines(sys.stdin.buffer, limit), start=1):
-        if line is None:
-            fail(f"line {number} is over the {limit}-byte size cap", 1)
-        text = line.decode("ascii", "replace").strip()
-        if text:
-            if seen and not as_json:
-                click.echo()
-            seen += 1
-            _inspect_one(text, keyset, keyset_source, settings, as_json)
-    if not seen:
-        raise click.UsageError("no token on stdin")
+        try:
+            if line is None:
+                tokens += 1
+                raise OversizedToken(f"line {number} is over the {limit}-byte size cap")
+            text = line.decode("ascii", "replace").strip()
+            if not text:
+                raise _Unusable("empty line")
+            tokens += 1
+            shown = _inspected(text, keyset, keyset_source, settings, as_json, number)
+        except (InvalidToken, _Unusable) as err:
+            first_failure = first_failure or err.exit_code
+            if as_json:
+                failure = {"code": err.code, "message": str(err)}
+                shown = terminal_json(json_dumps({"line": number, "error": failure}))
+            else:
+                shown = f"line {number}: rejected: {printable(str(err))}"
+        if number > 1 and not as_json:
+            click.echo()
+        click.echo(shown)
+    if not tokens:
+        fail(f"{NO_TOKEN} on stdin", 2)
+    raise click.exceptions.Exit(first_failure)
 
 
-def _inspect_one(
-    text: str, keyset: Keyset | None, keyset_source: str | None, settings: Any, as_json: bool
-) -> None:
+def _inspected(
+    text: str,
+    keyset: Keyset | None,
+    keyset_source: str | None,
+    settings: Any,
+    as_json: bool,
+    number: int | None,
+) -> str:
+    """One token's inspection, as it is printed (``number``: its line in a batch)."""
     now = time.time()
     view = inspect_token(text, keyset=keyset, now=now, policy=settings.policy)
     if as_json:
-        emit_json(view.to_dict())
-    else:
-        from .. import _render  # only inspect draws
+        found = view.to_dict() if number is None else {"line": number, **view.to_dict()}
+        return terminal_json(json_dumps(found))
+    from .. import _render  # only inspect draws
 
-        click.echo(_render.inspection(view, now=now, keyset_source=keyset_source))
+    drawn = _render.inspection(view, now=now, keyset_source=keyset_source)
+    return drawn if number is None else f"line {number}:\n{drawn}"
 
 
 @click.command("seal")
@@ -347,7 +464,13 @@ def seal_cmd(app: App, fmt: str | None, file: BinaryIO | None) -> None:
     """
     settings = app.settings(format=fmt)
     source = file if file is not None else sys.stdin.buffer
-    payload = source.read(settings.policy.max_size + 1)
+    cap = settings.policy.max_size
+    payload = source.read(cap + 1)  # a payload this long makes a token over the cap anyway
+    if len(payload) > cap:
+        raise click.UsageError(
+            f"the payload is over {cap} bytes, and a token holding it would be over the "
+            f"{cap}-byte size cap that verification enforces"
+        )
     click.echo(seal(app.keyset(settings), payload, format=settings.format, policy=settings.policy))
 
 

