@@ -1,17 +1,22 @@
-"""``make bench`` (proxy part): the latency ``mrtr-state proxy`` adds, under a bounded load.
+"""``make bench`` (proxy part): what ``mrtr-state proxy`` costs, beside what it cannot avoid.
 
-A naive MCP-shaped server (the tests' one: plain base64 JSON state) serves on loopback in a
-process of its own, once reached directly and once through ``mrtr-state proxy`` (another
-process, started as an operator would start it). CLIENTS concurrent clients each make ROUNDS
-round trips
-(a ``tools/call`` answered input_required, then its retry with the state): every answer is
-checked (no lost or mixed-up responses), and the per-round-trip latency is reported as p50 and
-p99, direct against proxied. The load stops by itself; every address is 127.0.0.1.
+Each upstream (``naive``: examples/naive_upstream.py, plain base64 state; ``sdk``: the official
+Python SDK server of bench/sdk_upstream.py) runs in a process of its own and is reached three
+ways: directly; through a pass-through on the proxy's own stack (bench/passthrough.py: uvicorn
+with httptools and uvloop in front, the proxy's upstream client behind, nothing in between); and
+through ``mrtr-state proxy`` as an operator starts it. The load (bench/load_client.py, a process
+of its own) makes round trips, a ``tools/call`` answered ``input_required`` and its retry, at
+concurrency 1, 10 and 50, and checks every answer. All of it shares the machine's cores, as a
+sidecar shares a pod's.
+
+For each cell: round trips per second, the CPU time the proxy (or the pass-through) process
+spent per round trip (user + system, from /proc), and the latency per round trip; ``added`` is
+the proxied latency less the direct one. Every cell is measured in ROUNDS interleaved rounds
+(direct, pass-through, proxy, direct, ...): the report gives the median and the best.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -23,56 +28,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-import mrtr_state as ms  # noqa: E402
-from tests.servers import free_port  # noqa: E402
-
-CLIENTS = int(os.environ.get("PROXY_BENCH_CLIENTS", "50"))
-ROUNDS = int(os.environ.get("PROXY_BENCH_ROUNDS", "200"))
-
-
-async def client(url: str, number: int, latencies: list[float], errors: list[str]) -> None:
-    headers = {"X-Forwarded-User": f"user-{number}", "Accept": "application/json"}
-    limits = httpx.Limits(max_connections=1)
-    async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as http:
-        for round_ in range(ROUNDS):
-            env = f"{number}-{round_}"
-            params: dict[str, Any] = {"name": "deploy", "arguments": {"env": env}}
-            started = time.perf_counter()
-            first = await http.post(
-                url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
-            )
-            state = first.json()["result"]["requestState"]
-            retry = {**params, "requestState": state}
-            done = await http.post(
-                url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": retry}
-            )
-            latencies.append(time.perf_counter() - started)
-            text = done.json().get("result", {}).get("content", [{}])[0].get("text")
-            if text != f"deployed {env}":
-                errors.append(f"{env}: {done.text[:200]}")
+ROOT = HERE.parent
+PY = sys.executable
+ROUNDS = int(os.environ.get("PROXY_BENCH_ROUNDS", "3"))
+#: (concurrency, round trips per connection) for each cell.
+LOADS = ((1, 600), (10, 100), (50, 24))
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-async def load(url: str) -> tuple[list[float], list[str], float]:
-    latencies: list[float] = []
-    errors: list[str] = []
-    started = time.perf_counter()
-    await asyncio.gather(*(client(url, n, latencies, errors) for n in range(CLIENTS)))
-    return latencies, errors, time.perf_counter() - started
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def started(command: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def started(command: list[str], port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -84,65 +59,160 @@ def started(command: list[str], port: int, env: dict[str, str]) -> subprocess.Po
             time.sleep(0.05)
 
 
-def main() -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    upstream_port, proxy_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "keyset.json"
-        ms.Keyset.generate(("A256GCM",)).save(path)
-        upstream = started(
-            [
-                *(sys.executable, "-m", "uvicorn", "--factory", "tests.servers:NaiveServer"),
-                *("--port", str(upstream_port), "--log-level", "error"),
-            ],
-            upstream_port,
-            env,
-        )
-        proxy = started(
-            [
-                *(sys.executable, "-m", "mrtr_state", "proxy", "--keyset", str(path)),
-                *("--upstream", f"http://127.0.0.1:{upstream_port}/mcp"),
-                *("--listen", f"127.0.0.1:{proxy_port}", "--principal-header", "X-Forwarded-User"),
-            ],
-            proxy_port,
-            env,
-        )
-        try:
-            direct, direct_errors, direct_s = asyncio.run(
-                load(f"http://127.0.0.1:{upstream_port}/mcp")
-            )
-            proxied, proxied_errors, proxied_s = asyncio.run(
-                load(f"http://127.0.0.1:{proxy_port}/mcp")
-            )
-        finally:
-            for process in (proxy, upstream):
-                process.terminate()
-                process.wait(10)
-    report = {
-        "clients": CLIENTS,
-        "rounds": ROUNDS,
-        "round_trips": len(proxied),
-        "lost_or_mixed": len(direct_errors)
-        + len(proxied_errors)
-        + 2 * CLIENTS * ROUNDS
-        - len(direct)
-        - len(proxied),
-        "direct_p50_ms": percentile(direct, 0.50) * 1000,
-        "direct_p99_ms": percentile(direct, 0.99) * 1000,
-        "proxied_p50_ms": percentile(proxied, 0.50) * 1000,
-        "proxied_p99_ms": percentile(proxied, 0.99) * 1000,
-        "direct_round_trips_per_s": len(direct) / direct_s,
-        "proxied_round_trips_per_s": len(proxied) / proxied_s,
-        "mean_added_ms": (statistics.mean(proxied) - statistics.mean(direct)) * 1000,
-    }
-    for sample in (direct_errors + proxied_errors)[:5]:
-        print("error:", sample, file=sys.stderr)
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def load(port: int, concurrency: int, rounds: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [
+            PY,
+            str(HERE / "load_client.py"),
+            f"http://127.0.0.1:{port}/mcp",
+            str(concurrency),
+            str(rounds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"load on {port} failed: {done.stderr[-600:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
     return report
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def measure_upstream(kind: str, keyset: Path) -> list[dict[str, Any]]:
+    upstream_port, base_port, proxy_port = free_port(), free_port(), free_port()
+    naive = ROOT / "examples" / "naive_upstream.py"
+    script = naive if kind == "naive" else HERE / "sdk_upstream.py"
+    upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
+    upstream = started([PY, str(script), str(upstream_port)], upstream_port)
+    base = started([PY, str(HERE / "passthrough.py"), str(base_port), upstream_url], base_port)
+    proxy = started(
+        [
+            *(PY, "-m", "mrtr_state", "proxy", "--keyset", str(keyset), "--upstream", upstream_url),
+            *("--listen", f"127.0.0.1:{proxy_port}", "--principal-header", "X-Forwarded-User"),
+            *("--admin-listen", str(free_port())),  # as in production: metrics counted
+        ],
+        proxy_port,
+    )
+    rows = []
+    try:
+        for concurrency, rounds in LOADS:
+            for port in (upstream_port, base_port, proxy_port):  # warm every path up
+                load(port, concurrency, 5)
+            samples: dict[str, list[dict[str, float]]] = {"direct": [], "base": [], "proxy": []}
+            for _ in range(ROUNDS):
+                for name, port, process in (
+                    ("direct", upstream_port, None),
+                    ("base", base_port, base),
+                    ("proxy", proxy_port, proxy),
+                ):
+                    before = cpu_seconds(process.pid) if process is not None else 0.0
+                    report = load(port, concurrency, rounds)
+                    spent = cpu_seconds(process.pid) - before if process is not None else 0.0
+                    trips = len(report["latencies"])
+                    samples[name].append(
+                        {
+                            "rt_per_s": trips / report["elapsed"],
+                            "cpu_ms_per_rt": spent / trips * 1000,
+                            "p50_ms": percentile(report["latencies"], 0.50) * 1000,
+                            "p99_ms": percentile(report["latencies"], 0.99) * 1000,
+                        }
+                    )
+            rows.append(_row(kind, concurrency, rounds, samples))
+    finally:
+        for process in (proxy, base, upstream):
+            stop(process)
+    return rows
+
+
+def _row(
+    kind: str, concurrency: int, rounds: int, samples: dict[str, list[dict[str, float]]]
+) -> dict[str, Any]:
+    def median(name: str, field: str) -> float:
+        return statistics.median(s[field] for s in samples[name])
+
+    def best(name: str, field: str) -> float:
+        values = [s[field] for s in samples[name]]
+        return max(values) if field == "rt_per_s" else min(values)
+
+    added = [
+        p["p50_ms"] - d["p50_ms"] for p, d in zip(samples["proxy"], samples["direct"], strict=True)
+    ]
+    added99 = [
+        p["p99_ms"] - d["p99_ms"] for p, d in zip(samples["proxy"], samples["direct"], strict=True)
+    ]
+    return {
+        "upstream": kind,
+        "concurrency": concurrency,
+        "round_trips": concurrency * rounds,
+        "direct_rt_per_s": median("direct", "rt_per_s"),
+        "base_rt_per_s": median("base", "rt_per_s"),
+        "proxy_rt_per_s": median("proxy", "rt_per_s"),
+        "proxy_share_of_direct": median("proxy", "rt_per_s") / median("direct", "rt_per_s"),
+        "base_cpu_ms_per_rt": median("base", "cpu_ms_per_rt"),
+        "proxy_cpu_ms_per_rt": median("proxy", "cpu_ms_per_rt"),
+        "proxy_cpu_ms_per_rt_best": best("proxy", "cpu_ms_per_rt"),
+        "direct_p50_ms": median("direct", "p50_ms"),
+        "added_p50_ms": statistics.median(added),
+        "added_p99_ms": statistics.median(added99),
+        "added_p50_ms_best": min(added),
+        "added_p99_ms_best": min(added99),
+    }
+
+
+def main() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        keyset = Path(folder) / "keyset.json"
+        subprocess.run(
+            [PY, "-m", "mrtr_state", "--keyset", str(keyset), "keys", "init", "--alg", "A256GCM"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        rows = [row for kind in ("sdk", "naive") for row in measure_upstream(kind, keyset)]
+    return {"rounds": ROUNDS, "rows": rows}
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        "| upstream | conc. | direct RT/s | pass-through RT/s | proxy RT/s (share) | "
+        "pass-through CPU/RT | proxy CPU/RT (best) | added p50 / p99 (best) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['upstream']} | {r['concurrency']} | {r['direct_rt_per_s']:.0f} | "
+            f"{r['base_rt_per_s']:.0f} | {r['proxy_rt_per_s']:.0f} "
+            f"({r['proxy_share_of_direct'] * 100:.0f} %) | {r['base_cpu_ms_per_rt']:.2f} ms | "
+            f"{r['proxy_cpu_ms_per_rt']:.2f} ms ({r['proxy_cpu_ms_per_rt_best']:.2f}) | "
+            f"{r['added_p50_ms']:+.2f} / {r['added_p99_ms']:+.2f} ms "
+            f"({r['added_p50_ms_best']:+.2f} / {r['added_p99_ms_best']:+.2f}) |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
     result = main()
-    print(json.dumps(result, indent=1))
+    print(table(result))
     (HERE / "proxy_results.json").write_text(json.dumps(result, indent=1) + "\n")
-    if result["lost_or_mixed"]:
-        sys.exit(1)
+    (HERE / "proxy_results.md").write_text(table(result) + "\n")

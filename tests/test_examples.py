@@ -90,3 +90,47 @@ def test_make_demo_uses_its_own_keyset_whatever_the_environment_says(tmp_path: P
     assert "The demo uses its own keyset, keys/keyset.json" in done.stdout
     assert prod.read_bytes() == before
     assert len(ms.Keyset.load(workdir / "keys" / "keyset.json")) >= 4
+
+
+def test_the_proxy_pages_sample_upstream_behind_the_proxy(tmp_path: Path) -> None:
+    """docs/proxy.md's walk-through: examples/naive_upstream.py trusts its plain state; behind
+    the proxy the client only sees a sealed token, and an edited retry never reaches it."""
+    import socket
+    import time
+
+    from .helpers import ProxyProcess, call, request, send_raw
+    from .servers import free_port
+
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    port = free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "naive_upstream.py"), str(port)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        proxy = ProxyProcess(keyset, f"http://127.0.0.1:{port}", principal=("--allow-anonymous",))
+        try:
+            deploy = {"arguments": {"env": "prod"}}
+            first = send_raw(proxy.port, request(body=call("deploy", 1, **deploy))).json()
+            token = first["result"]["requestState"]
+            assert token.startswith("ms1.") and "eyJ" not in token
+            retry = call("deploy", 2, requestState=token, **deploy)
+            done = send_raw(proxy.port, request(body=retry)).json()
+            assert done["result"]["content"][0]["text"] == "deployed prod"
+            edited = call("deploy", 3, requestState=token, arguments={"env": "dev"})
+            refused = send_raw(proxy.port, request(body=edited)).json()
+            assert refused["error"]["code"] == -32602
+        finally:
+            assert proxy.stop() == 0
+    finally:
+        upstream.terminate()
+        upstream.wait(10)

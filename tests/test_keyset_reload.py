@@ -70,7 +70,7 @@ def test_a_keyset_loaded_once_or_built_in_memory_never_changes(path: Path) -> No
 
 
 @pytest.mark.parametrize("breakage", ["invalid-json", "two-primaries", "missing", "loose-mode"])
-def test_an_unusable_file_never_replaces_the_good_keyset_and_is_reported_once(
+def test_an_unusable_file_never_replaces_the_good_keyset_and_is_reported_at_each_check(
     path: Path, breakage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     loaded = ms.Keyset.load(path, reload_interval=0)
@@ -89,9 +89,11 @@ def test_an_unusable_file_never_replaces_the_good_keyset_and_is_reported_once(
         for _ in range(5):
             assert ms.verify(loaded, token).state == "kept"  # each checks the file again
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    assert "still using the keyset loaded before" in warnings[0].getMessage()
-    assert isinstance(loaded.reload_error, ms.KeysetError)
+    assert len(warnings) == 5, [r.getMessage() for r in warnings]  # never silent: every look
+    assert all("still using the keyset loaded before" in w.getMessage() for w in warnings)
+    assert isinstance(loaded.reload_error, ms.KeysetError) and loaded.reload_failures == 5
+    assert loaded.check() is loaded.reload_error  # a monitor's look, without raising
+    assert loaded.reload_failures == 6
     with pytest.raises(ms.KeysetError):
         loaded.reload()  # on demand, the reason is raised; the good keyset stays
     assert ms.verify(loaded, token).state == "kept"

@@ -10,102 +10,18 @@ its reason, and nothing printed a traceback.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 import mrtr_state as ms
 
-from .servers import PLAIN, ScriptedUpstream, free_port, serving
-
-ROOT = Path(__file__).resolve().parents[1]
-USER = b"X-Forwarded-User: alice\r\n"
-
-
-class Reply:
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-        head, _, body = raw.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        self.status = int(lines[0].split(b" ")[1]) if lines[0].startswith(b"HTTP/") else 0
-        self.headers = {
-            k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])
-        }
-        if self.headers.get(b"transfer-encoding") == b"chunked":
-            body = _unchunk(body)
-        self.body = body
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def _unchunk(data: bytes) -> bytes:
-    out = b""
-    while data:
-        size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
-        if size == 0:
-            break
-        out, data = out + data[:size], data[size + 2 :]
-    return out
-
-
-def send_raw(port: int, request: bytes, timeout: float = 30) -> Reply:
-    """One request as raw bytes (the caller frames it); read until the server closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(request)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return Reply(b"".join(chunks))
-
-
-def request(
-    method: bytes = b"POST",
-    target: bytes = b"/mcp",
-    body: Any = None,
-    headers: bytes = USER,
-) -> bytes:
-    content = (
-        body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-    )
-    framing = b"Content-Length: %d\r\n" % len(content) if content or method == b"POST" else b""
-    return (
-        method
-        + b" "
-        + target
-        + b" HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n"
-        + b"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
-        + headers
-        + framing
-        + b"\r\n"
-        + content
-    )
-
-
-def call(name: str, id_: Any = 1, **params: Any) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": id_,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": {}, **params},
-    }
-
+from .helpers import USER, ProxyProcess, call, request, send_raw
+from .servers import PLAIN, ScriptedUpstream, serving
 
 FORGED = call("deploy", requestState="eyJzZWNyZXQiOnRydWV9")
 
@@ -129,66 +45,19 @@ class Evil:
             connection.close()
 
 
-class Proxy:
-    """The real ``mrtr-state proxy`` process in front of a scripted upstream."""
-
-    def __init__(self, parser: str, keyset: Path, upstream_url: str) -> None:
-        self.port = free_port()
-        self.log: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "mrtr_state", "proxy", "--keyset", str(keyset)),
-                *("--upstream", upstream_url + "/mcp", "--listen", f"127.0.0.1:{self.port}"),
-                *("--principal-header", "X-Forwarded-User", "--json-log", "--http", parser),
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                assert time.monotonic() < deadline and self.process.poll() is None, self.stderr
-                time.sleep(0.05)
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.stderr.append(line)
-            if line.startswith("{"):
-                self.log.append(json.loads(line))
-
-    def last_log(self, count: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + 5
-        while len(self.log) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self.log[-count:]
-
-
 @pytest.fixture(scope="module", params=["httptools", "h11"])
 def rig(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Proxy, ScriptedUpstream, Evil]]:
+) -> Iterator[tuple[ProxyProcess, ScriptedUpstream, Evil]]:
     keyset = tmp_path_factory.mktemp("attacks") / "keyset.json"
     ms.Keyset.generate(("A256GCM",)).save(keyset)
     upstream = ScriptedUpstream()
     with serving(upstream, http="h11") as upstream_url:  # h11 takes any method token
-        proxy = Proxy(request.param, keyset, upstream_url)
+        proxy = ProxyProcess(keyset, upstream_url, parser=request.param)
         try:
             yield proxy, upstream, Evil()
         finally:
-            if proxy.process.poll() is None:
-                proxy.process.terminate()
-            proxy.process.wait(20)
-            proxy.reader.join(10)
-            assert proxy.process.stderr is not None
-            proxy.process.stderr.close()
+            proxy.stop()
     assert not any("Traceback" in line for line in proxy.stderr), "".join(proxy.stderr)
 
 
@@ -205,7 +74,7 @@ def untouched(upstream: ScriptedUpstream, before: int) -> bool:
     ],
 )
 def test_a_method_other_than_post_get_delete_never_reaches_the_upstream(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], method: bytes
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], method: bytes
 ) -> None:
     proxy, upstream, _ = rig
     for body in (FORGED, call("deploy")):  # a forged retry; a first round whose state is plain
@@ -237,7 +106,7 @@ def test_a_method_other_than_post_get_delete_never_reaches_the_upstream(
     ],
 )
 def test_a_target_that_is_not_origin_form_is_refused(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], method: bytes, target: bytes
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], method: bytes, target: bytes
 ) -> None:
     proxy, upstream, evil = rig
     before, logged = len(upstream.requests), len(proxy.log)
@@ -251,7 +120,7 @@ def test_a_target_that_is_not_origin_form_is_refused(
 
 
 def test_an_origin_form_target_goes_to_the_configured_upstream_as_sent(
-    rig: tuple[Proxy, ScriptedUpstream, Evil],
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil],
 ) -> None:
     proxy, upstream, evil = rig
     target = b"/mcp/a%2Fb;p=1?x=1&y=%20&z=@:/?"
@@ -264,7 +133,7 @@ def test_an_origin_form_target_goes_to_the_configured_upstream_as_sent(
     ("first", "second"), [(b"1", b"1.0"), (b"1", b"1e0"), (b'"a"', b'"\\u0061"')]
 )
 def test_a_batch_whose_ids_collide_is_refused_before_anything_is_forwarded(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], first: bytes, second: bytes
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], first: bytes, second: bytes
 ) -> None:
     proxy, upstream, _ = rig
     prod = json.dumps(call("deploy", arguments={"env": "prod"})).encode()
@@ -285,7 +154,7 @@ def test_a_batch_whose_ids_collide_is_refused_before_anything_is_forwarded(
     ],
 )
 def test_a_state_the_proxy_cannot_seal_never_reaches_the_client(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], tool: str
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], tool: str
 ) -> None:
     proxy, _, _ = rig
     reply = send_raw(proxy.port, request(body=call(tool, id_=41)))
@@ -305,7 +174,7 @@ def test_a_state_the_proxy_cannot_seal_never_reaches_the_client(
 
 
 def test_a_round_trip_still_works_and_seals_the_plain_state(
-    rig: tuple[Proxy, ScriptedUpstream, Evil],
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil],
 ) -> None:
     proxy, upstream, _ = rig
     first = send_raw(proxy.port, request(body=call("deploy", id_=7)))
@@ -317,7 +186,7 @@ def test_a_round_trip_still_works_and_seals_the_plain_state(
 
 
 def test_a_notification_carrying_state_is_refused_not_a_500(
-    rig: tuple[Proxy, ScriptedUpstream, Evil],
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil],
 ) -> None:
     proxy, upstream, _ = rig
     note = {"jsonrpc": "2.0", "method": "tools/call", "params": FORGED["params"]}
@@ -339,7 +208,7 @@ def test_a_notification_carrying_state_is_refused_not_a_500(
     ids=["two-values", "twice-same-value", "absent", "empty"],
 )
 def test_the_principal_header_must_be_there_exactly_once(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], headers: bytes, status: int
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], headers: bytes, status: int
 ) -> None:
     proxy, upstream, _ = rig
     before = len(upstream.requests)
@@ -358,7 +227,7 @@ def test_the_principal_header_must_be_there_exactly_once(
     ids=["te-and-cl", "two-lengths", "odd-coding"],
 )
 def test_a_request_framed_two_ways_is_refused(
-    rig: tuple[Proxy, ScriptedUpstream, Evil], framing: bytes
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil], framing: bytes
 ) -> None:
     proxy, upstream, _ = rig
     before = len(upstream.requests)
@@ -367,7 +236,9 @@ def test_a_request_framed_two_ways_is_refused(
     assert reply.status in (400, 501) and untouched(upstream, before)
 
 
-def test_a_get_or_delete_with_a_body_is_refused(rig: tuple[Proxy, ScriptedUpstream, Evil]) -> None:
+def test_a_get_or_delete_with_a_body_is_refused(
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil],
+) -> None:
     proxy, upstream, _ = rig
     for method in (b"GET", b"DELETE"):
         before = len(upstream.requests)
@@ -376,7 +247,7 @@ def test_a_get_or_delete_with_a_body_is_refused(rig: tuple[Proxy, ScriptedUpstre
 
 
 def test_dropped_streams_release_their_upstream_connections_and_sigterm_still_works(
-    rig: tuple[Proxy, ScriptedUpstream, Evil],
+    rig: tuple[ProxyProcess, ScriptedUpstream, Evil],
 ) -> None:
     """The conformance suite's server-stateless case: clients open GET streams and vanish."""
     proxy, upstream, _ = rig

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import mrtr_state as ms
-from mrtr_state.proxy.jsonrpc import Refusal, id_key, parse_body
+from mrtr_state.proxy.jsonrpc import Refusal, check_routing_headers, id_key, parse_body
 from mrtr_state.proxy.rewrite import Exchange, StateGuard
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
@@ -448,3 +448,59 @@ def test_what_the_proxy_forwards_reads_the_same_to_a_javascript_server(
             assert as_doubles([state, name, uri]) == as_doubles(
                 [params.get("requestState"), params.get("name"), params.get("uri")]
             )
+
+
+# --- routing headers ----------------------------------------------------------------------------
+
+TOOL_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "déploy"}}
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        pytest.param([(b"mcp-method", b"tools/list")], "Mcp-Method is not", id="other-method"),
+        pytest.param([(b"mcp-name", b"destroy")], "Mcp-Name is not", id="other-name"),
+        pytest.param(
+            [(b"mcp-name", b"=?base64?ZGVzdHJveQ==?=")], "Mcp-Name is not", id="other-name-b64"
+        ),
+        pytest.param(
+            [(b"mcp-name", b"=?base64?ZMOpcGxveQ=?=")], "Mcp-Name is not", id="malformed-b64"
+        ),
+        pytest.param(
+            [(b"mcp-method", b"tools/call"), (b"mcp-method", b"tools/call")],
+            "mcp-method appears twice",
+            id="method-twice",
+        ),
+        pytest.param(
+            [(b"mcp-param-env", b"prod"), (b"mcp-param-env", b"dev")],
+            "mcp-param-env appears twice",
+            id="param-twice",
+        ),
+        pytest.param(
+            [(b"mcp-protocol-version", b"2026-07-28")] * 2,
+            "mcp-protocol-version appears twice",
+            id="version-twice",
+        ),
+    ],
+)
+def test_routing_headers_that_disagree_with_the_body_are_refused(
+    headers: list[tuple[bytes, bytes]], reason: str
+) -> None:
+    body = parse_body(json.dumps(TOOL_CALL).encode())
+    with pytest.raises(Refusal) as caught:
+        check_routing_headers(headers, body)
+    assert caught.value.status == 400 and caught.value.code == -32020
+    assert reason in caught.value.reason
+
+
+def test_routing_headers_that_agree_with_the_body_pass() -> None:
+    body = parse_body(json.dumps(TOOL_CALL).encode())
+    # a non-ASCII name travels base64-wrapped, as MCP requires
+    wrapped = [(b"mcp-method", b"tools/call"), (b"mcp-name", b"=?base64?ZMOpcGxveQ==?=")]
+    check_routing_headers(wrapped, body)
+    plain = parse_body(json.dumps({**TOOL_CALL, "params": {"name": "deploy"}}).encode())
+    check_routing_headers([(b"mcp-method", b"tools/call"), (b"mcp-name", b"deploy")], plain)
+    batch = parse_body(json.dumps([TOOL_CALL, {**TOOL_CALL, "id": 2}]).encode())
+    check_routing_headers([(b"accept", b"*/*")], batch)
+    with pytest.raises(Refusal, match="routing headers on a batch"):
+        check_routing_headers([(b"mcp-method", b"tools/call")], batch)

@@ -12,10 +12,13 @@ from ._common import App, duration_option, fail, pass_app
 LISTEN_ERROR = 7
 
 
-def _listen(value: str) -> tuple[str, int]:
+def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
+    """HOST:PORT (or, for the admin listener, a PORT alone: loopback)."""
     host, _, port = value.rpartition(":")
+    if not host and option == "--admin-listen":
+        host = "127.0.0.1"
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint="--listen")
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
     return host.strip("[]"), int(port)
 
 
@@ -66,6 +69,16 @@ def _listen(value: str) -> tuple[str, int]:
     help="Log one JSON line per sealed, verified or refused state and per refused request.",
 )
 @click.option(
+    "--admin-listen",
+    metavar="[HOST:]PORT",
+    help="Serve /healthz, /readyz and /metrics on this address (a port alone: loopback). Keep "
+    "it off the network clients reach.",
+)
+@duration_option(
+    "--drain",
+    "On SIGTERM, how long requests in flight (streams too) may take to finish [default 10s].",
+)
+@click.option(
     "--http",
     "parser",
     type=click.Choice(["httptools", "h11"]),
@@ -87,6 +100,8 @@ def proxy_cmd(
     replay_store: str | None,
     max_body: int,
     json_log: bool,
+    admin_listen: str | None,
+    drain: int | None,
     parser: str,
 ) -> None:
     """Serve a reverse proxy that seals every requestState the upstream MCP server emits.
@@ -140,7 +155,13 @@ def proxy_cmd(
     keyset = app.keyset(settings)
     keyset.primary("A256GCM")  # fail now, not at the first input_required result
     host, port = _listen(listen)
+    admin_address = None if admin_listen is None else _listen(admin_listen, "--admin-listen")
     log = server.json_lines(sys.stderr) if json_log else None
+    metrics = None
+    if admin_address is not None:
+        from ..proxy.metrics import ProxyMetrics
+
+        metrics = ProxyMetrics(keyset)
     guard = StateGuard(
         keyset,
         audience=settings.audience,
@@ -148,6 +169,7 @@ def proxy_cmd(
         policy=settings.policy,
         once=open_store(replay_store) if once and replay_store else None,
         log=log,
+        metrics=metrics,
     )
     proxy = ProxyApp(
         guard,
@@ -157,11 +179,29 @@ def proxy_cmd(
         allow_anonymous=allow_anonymous,
         max_body=max_body,
     )
+    admin = admin_sock = None
     try:
         sock = server.bind(host, port)
+        if admin_address is not None and metrics is not None:
+            from ..proxy.admin import AdminApp
+
+            admin = AdminApp(keyset, proxy.upstream, metrics)
+            admin_sock = server.bind(*admin_address)
     except OSError as err:
-        fail(f"cannot listen on {listen}: {err.strerror or err}", LISTEN_ERROR)
+        where = listen if admin is None else f"{admin_address[0]}:{admin_address[1]}"  # type: ignore[index]
+        fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
     click.echo(
         f"mrtr-state proxy: http://{listen} -> {proxy.origin} (keyset {keyset.source})", err=True
     )
-    server.serve(proxy, sock, parser=parser, log=log)
+    unreachable = server.probe_once(proxy.upstream)
+    if unreachable is not None:  # a sidecar's server may start later: serve, and say so
+        click.echo(f"warning: {unreachable}; /readyz says not ready until it answers", err=True)
+    server.serve(
+        proxy,
+        sock,
+        parser=parser,
+        log=log,
+        drain=10 if drain is None else max(1, drain),
+        admin=admin,
+        admin_sock=admin_sock,
+    )

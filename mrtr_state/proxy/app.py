@@ -24,10 +24,17 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from .jsonrpc import INVALID_REQUEST, Refusal, parse_body
+from .._encoding import EncodingError, encode_wire, json_loads
+from .jsonrpc import (
+    INVALID_REQUEST,
+    MAX_BODY_DEPTH,
+    Refusal,
+    check_routing_headers,
+    parse_body,
+)
 from .rewrite import Exchange, StateGuard, bearer_principal
 from .server import TARGET_EXTENSION
 from .sse import EventStream
@@ -41,6 +48,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 4 << 20
+#: How often the proxy looks at its keyset file when no traffic makes it look.
+KEYSET_CHECK_SECONDS = 1.0
 #: The largest JSON answer the proxy buffers to rewrite (an event stream has a per-event cap).
 MAX_ANSWER = 16 << 20
 METHODS = ("POST", "GET", "DELETE")
@@ -111,14 +120,26 @@ class ProxyApp:
             await self._lifespan(receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
+        monitor: asyncio.Task[None] | None = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                monitor = asyncio.ensure_future(self._watch_keyset())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if monitor is not None:
+                    monitor.cancel()
                 await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _watch_keyset(self) -> None:
+        """Look at the keyset file every second even when no state passes, so that a file that
+        cannot be used is logged (and counted) while it lasts, not only when traffic comes."""
+        keyset = self.guard.keyset
+        while True:
+            await asyncio.sleep(KEYSET_CHECK_SECONDS)
+            keyset.check()
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
@@ -131,16 +152,27 @@ class ProxyApp:
         try:
             plan = await self._inspect(scope, receive)
             if plan.forward is None:  # every message was refused: answered here
+                if self.guard.metrics is not None:
+                    self.guard.metrics.observe_work(plan.work)
                 refusals = plan.exchange.refusals
                 await _respond(send, 200, refusals if plan.exchange.batch else refusals[0], [])
                 return
-            await _unless_disconnected(receive, self._forward(plan, state))
+            watch = _Watch(receive, state)
+            try:
+                await self._forward(plan, state)
+            except asyncio.CancelledError:
+                if not watch.gone:
+                    raise  # the server is shutting down: not ours to swallow
+                watch.task.uncancel()
+                raise _ClientGone from None
+            finally:
+                watch.stop()
         except Refusal as refusal:
             self._refused(scope, refusal, started)
             if not state.started:
                 await _respond(send, refusal.status, refusal.body(), _extra_headers(refusal))
         except UpstreamError as err:
-            self._refused(scope, Refusal(502, -32603, str(err)), started)
+            self._refused(scope, Refusal(502, -32603, str(err), "upstream"), started)
             if not state.started:
                 await _respond(send, 502, _error(-32603, str(err)), [])
         except _ClientGone:
@@ -151,10 +183,13 @@ class ProxyApp:
                 await _respond(send, 500, _error(-32603, "internal proxy error"), [])
 
     def _refused(self, scope: Scope, refusal: Refusal, started: float) -> None:
+        if self.guard.metrics is not None:
+            self.guard.metrics.refused_request(refusal.status, refusal.kind)
         target = scope.get("extensions", {}).get(TARGET_EXTENSION) or scope.get("raw_path", b"")
         self.guard.note(
             event="refused",
             status=refusal.status,
+            kind=refusal.kind,
             reason=refusal.reason,
             http_method=str(scope.get("method", ""))[:16],
             target=bytes(target)[:200].decode("latin-1"),
@@ -172,23 +207,36 @@ class ProxyApp:
         forwarded = _forwarded(headers)
         body = await self._read_body(receive)
         if method == "POST":
-            exchange = Exchange(self.guard, parse_body(body), principal)
-            return _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
+            started = time.perf_counter()
+            parsed = parse_body(body)
+            check_routing_headers(headers, parsed)
+            exchange = Exchange(self.guard, parsed, principal)
+            plan = _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
+            plan.work = time.perf_counter() - started
+            return plan
         if body:
-            raise Refusal(400, INVALID_REQUEST, f"a {method} request carries no body here")
+            raise Refusal(
+                400, INVALID_REQUEST, f"a {method} request carries no body here", "body_not_allowed"
+            )
         # A GET stream (resumed with Last-Event-ID) may replay responses to earlier POSTs: their
         # requests are not at hand, so a state there cannot be bound and is withheld.
         return _Plan(method, target, forwarded, Exchange(self.guard, None, principal), b"")
 
     async def _forward(self, plan: _Plan, state: _Progress) -> None:
         assert plan.forward is not None
+        metrics = self.guard.metrics
+        sent = time.perf_counter()
         response = await self.upstream.request(
             plan.method.encode("ascii"), plan.target, plan.headers, plan.forward
         )
+        if metrics is not None:
+            metrics.observe_upstream(time.perf_counter() - sent)
         try:
-            await self._relay(response, plan.exchange, state)
+            await self._relay(response, plan, state)
         finally:
             response.release()
+            if metrics is not None:
+                metrics.observe_work(plan.work)
 
     def _principal(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         name = self.principal_header
@@ -197,7 +245,12 @@ class ProxyApp:
         values = [v for k, v in headers if k == (name or b"authorization")]
         if len(values) > 1:
             what = name.decode("latin-1") if name else "authorization"
-            raise Refusal(400, INVALID_REQUEST, f"the {what} header appears {len(values)} times")
+            raise Refusal(
+                400,
+                INVALID_REQUEST,
+                f"the {what} header appears {len(values)} times",
+                "principal_repeated",
+            )
         text = values[0].decode("latin-1").strip() if values else ""
         principal = bearer_principal(text) if name is None else text or None
         if principal is None and not self.allow_anonymous:
@@ -220,59 +273,69 @@ class ProxyApp:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _relay(
-        self, response: UpstreamResponse, exchange: Exchange, state: _Progress
-    ) -> None:
+    async def _relay(self, response: UpstreamResponse, plan: _Plan, state: _Progress) -> None:
+        exchange = plan.exchange
         encodings = [e for e in response.values(b"content-encoding") if e.lower() != b"identity"]
         if encodings:
             raise UpstreamError("the upstream compressed its answer; the proxy cannot inspect it")
         kind = _content_type(response)
-        headers = _returned(response.headers)
+        headers = _returned(response)
         if kind == _EVENTS:
-            await self._relay_events(response, exchange, headers, state)
+            await self._relay_events(response, plan, headers, state)
             return
         content = await response.read(MAX_ANSWER)
+        started = time.perf_counter()
         answer = _rewrite_answer(exchange, content, kind)
+        plan.work += time.perf_counter() - started
         headers.append((b"content-length", str(len(answer)).encode("ascii")))
         status = response.status
         if exchange.refusals and not content:  # only notifications went up: 202, no body
             status, headers = 200, [(b"content-type", _JSON), headers[-1]]
         await state.start(status, headers)
-        await state.send({"type": "http.response.body", "body": answer})
+        await state.finish(answer)
 
     async def _relay_events(
         self,
         response: UpstreamResponse,
-        exchange: Exchange,
+        plan: _Plan,
         headers: list[tuple[bytes, bytes]],
         state: _Progress,
     ) -> None:
+        exchange = plan.exchange
         events = EventStream(exchange.rewrite, exchange.dropped)
+        clock = time.perf_counter
         await state.start(response.status, headers)
         send = state.send
         if exchange.refusals:  # answered first, as their own events
             first = _as_events(exchange.refusals)
             await send({"type": "http.response.body", "body": first, "more_body": True})
         while (chunk := await response.next_chunk()) is not None:
+            started = clock()
             out = events.feed(chunk)
+            plan.work += clock() - started
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        tail = events.close() + _as_events(exchange.missing_answers())
-        await send({"type": "http.response.body", "body": tail})
+        await state.finish(events.close() + _as_events(exchange.missing_answers()))
 
 
 class _Progress:
-    """Whether the response has started (after that, a failure can only cut it short)."""
+    """Whether the response has started (after that, a failure can only cut it short) and
+    whether it is complete."""
 
-    __slots__ = ("send", "started")
+    __slots__ = ("complete", "send", "started")
 
     def __init__(self, send: Send) -> None:
         self.send = send
         self.started = False
+        self.complete = False
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.started = True
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def finish(self, body: bytes) -> None:
+        self.complete = True
+        await self.send({"type": "http.response.body", "body": body})
 
 
 class _ClientGone(Exception):
@@ -282,7 +345,7 @@ class _ClientGone(Exception):
 class _Plan:
     """A request that passed inspection: what to send upstream, and the exchange it belongs to."""
 
-    __slots__ = ("exchange", "forward", "headers", "method", "target")
+    __slots__ = ("exchange", "forward", "headers", "method", "target", "work")
 
     def __init__(
         self,
@@ -297,34 +360,51 @@ class _Plan:
         self.headers = headers
         self.exchange = exchange
         self.forward = forward
+        #: seconds of the proxy's own work on this request so far (parse, open, rewrite)
+        self.work = 0.0
 
 
-async def _unless_disconnected(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work``; if the client disconnects first, cancel it (its ``finally`` clauses close
-    the upstream connection at once) instead of waiting on an upstream nobody listens to."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the server is shutting down
-        task.cancel()
-        watcher.cancel()
-        raise
-    watcher.cancel()
-    if task.done():
-        task.result()
-        return
-    task.cancel()
-    await asyncio.wait((task,))
-    if not task.cancelled():
-        task.exception()  # retrieved: whatever it was, nobody is listening
-    raise _ClientGone
+#: How long a request runs before the proxy starts listening for its client's disconnect: most
+#: answers come sooner, and watching costs a task; a stream or a slow tool outlives it.
+WATCH_AFTER = 0.2
 
 
-async def _disconnected(receive: Receive) -> None:
-    """Return when the client disconnects (the body has been read: nothing else can come)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
+class _Watch:
+    """Cancels the request's own task when its client disconnects before the answer is whole.
+
+    A relay waiting on the upstream (a tool still working, a quiet event stream) learns nothing
+    from a client that went away: once the request has run :data:`WATCH_AFTER` seconds, a task
+    listens for ASGI's ``http.disconnect`` and cancels the relay, whose ``finally`` clauses
+    then close the upstream connection at once. (The body has been read when it starts:
+    ``receive`` has nothing else to deliver.)
+    """
+
+    __slots__ = ("gone", "state", "task", "timer", "watcher")
+
+    def __init__(self, receive: Receive, state: _Progress) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.state = state
+        self.gone = False
+        self.watcher: asyncio.Future[None] | None = None
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start, receive)
+
+    def _start(self, receive: Receive) -> None:
+        if not self.state.complete:
+            self.watcher = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.state.complete:  # uvicorn also says "disconnect" once the answer is whole
+            self.gone = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        if self.watcher is not None:
+            self.watcher.cancel()
 
 
 def _target(scope: Scope) -> bytes:
@@ -336,39 +416,44 @@ def _target(scope: Scope) -> bytes:
         target = raw + b"?" + query if query else raw
     if not _ORIGIN_FORM.fullmatch(target):
         raise Refusal(
-            400, INVALID_REQUEST, "the request target must be origin-form: /path or /path?query"
+            400,
+            INVALID_REQUEST,
+            "the request target must be origin-form: /path or /path?query",
+            "bad_target",
         )
     return bytes(target)
 
 
 def _forwarded(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The request headers the upstream gets: end-to-end ones only, framing set by the proxy."""
-    listed = _connection_options(headers)
-    out = []
-    for name, value in headers:
-        if name in _NOT_FORWARDED or name in listed:
-            continue
-        if b"\r" in value or b"\n" in value or b"\x00" in value:
-            raise Refusal(400, INVALID_REQUEST, "a header value holds a line break or NUL")
-        out.append((name, value))
+    out = [(name, value) for name, value in headers if name not in _NOT_FORWARDED]
+    if any(name == b"connection" for name, _ in headers):
+        listed = _options(v for n, v in headers if n == b"connection")
+        out = [(name, value) for name, value in out if name not in listed]
+    # both HTTP parsers refuse these in a header value; a value holding one would frame a second
+    # request towards the upstream, so the proxy makes sure of it itself
+    values = b"".join(value for _, value in out)
+    if b"\r" in values or b"\n" in values or b"\x00" in values:
+        raise Refusal(
+            400, INVALID_REQUEST, "a header value holds a line break or NUL", "bad_header"
+        )
     out.append((b"accept-encoding", b"identity"))
     return out
 
 
-def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def _returned(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
     """The response headers the client gets (framing is the server's to set)."""
-    listed = _connection_options(headers)
-    return [(n, v) for n, v in headers if n not in _NOT_FORWARDED and n not in listed]
+    out = [(n, v) for n, v in response.headers if n not in _NOT_FORWARDED]
+    connection = response.values(b"connection")
+    if connection:
+        listed = _options(connection)
+        out = [(n, v) for n, v in out if n not in listed]
+    return out
 
 
-def _connection_options(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
+def _options(values: Iterable[bytes]) -> set[bytes]:
     """Header names a Connection header lists: hop-by-hop too (RFC 9110 section 7.6.1)."""
-    return {
-        option.strip().lower()
-        for name, value in headers
-        if name == b"connection"
-        for option in value.split(b",")
-    }
+    return {option.strip().lower() for value in values for option in value.split(b",")}
 
 
 def _content_type(response: UpstreamResponse) -> bytes:
@@ -383,9 +468,6 @@ def _rewrite_answer(exchange: Exchange, content: bytes, kind: bytes) -> bytes:
     JSON reader would take it for JSON, it must be strict and is rewritten like a JSON answer;
     bytes no JSON reader accepts are passed on as they are (no client reads a state from them).
     """
-    from .._encoding import EncodingError, json_loads
-    from .jsonrpc import MAX_BODY_DEPTH
-
     text = content.strip(b" \t\r\n")
     message: Any = None
     if text:
@@ -398,10 +480,10 @@ def _rewrite_answer(exchange: Exchange, content: bytes, kind: bytes) -> bytes:
     rewritten = exchange.rewrite(message) if text else None
     if exchange.refusals:
         items = rewritten if type(rewritten) is list else [] if rewritten is None else [rewritten]
-        return json.dumps([*exchange.refusals, *items], separators=(",", ":")).encode()
+        return encode_wire([*exchange.refusals, *items])
     if rewritten is message:
         return content
-    return json.dumps(rewritten, separators=(",", ":")).encode()
+    return encode_wire(rewritten)
 
 
 def _lenient_json(text: bytes) -> bool:
@@ -413,9 +495,7 @@ def _lenient_json(text: bytes) -> bool:
 
 
 def _as_events(messages: list[dict[str, Any]]) -> bytes:
-    return b"".join(
-        b"data: " + json.dumps(m, separators=(",", ":")).encode() + b"\n\n" for m in messages
-    )
+    return b"".join(b"data: " + encode_wire(m) + b"\n\n" for m in messages)
 
 
 def _error(code: int, message: str) -> dict[str, Any]:

@@ -22,6 +22,8 @@ Nothing here does I/O or cryptography; :mod:`mrtr_state.proxy.rewrite` works on 
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from .._encoding import EncodingError, json_loads
@@ -31,6 +33,7 @@ __all__ = [
     "MAX_BODY_DEPTH",
     "Body",
     "Refusal",
+    "check_routing_headers",
     "id_key",
     "parse_body",
 ]
@@ -38,9 +41,10 @@ __all__ = [
 #: How deeply a request body may nest (tool arguments nest more than tokens do).
 MAX_BODY_DEPTH = 128
 
-#: JSON-RPC error codes the proxy answers with.
+#: JSON-RPC error codes the proxy answers with (-32020: MCP's HeaderMismatch).
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+HEADER_MISMATCH = -32020
 
 # The members the proxy reads, by the object they sit in, and their case-folded spellings.
 _MESSAGE_MEMBERS = ("jsonrpc", "id", "method", "params", "result", "error")
@@ -51,6 +55,14 @@ _FOLDED = {
     "params": {name.casefold(): name for name in _PARAMS_MEMBERS},
     "result": {name.casefold(): name for name in _RESULT_MEMBERS},
 }
+_EXACT = {where: frozenset(names.values()) for where, names in _FOLDED.items()}
+_KIND_OF_STATUS = {
+    405: "method_not_allowed",
+    401: "no_principal",
+    413: "body_too_large",
+    502: "upstream",
+}
+_KIND_OF_CODE = {-32700: "parse_error", -32020: "header_mismatch"}
 _JSON_SPACE = b" \t\r\n"
 
 
@@ -61,10 +73,14 @@ class Refusal(Exception):
     (for the log and the client: it names what was wrong with the request, never a secret).
     """
 
-    def __init__(self, status: int, code: int, reason: str) -> None:
+    def __init__(self, status: int, code: int, reason: str, kind: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.code = code
+        #: a short, bounded name for metrics and logs
+        self.kind = (
+            kind or _KIND_OF_STATUS.get(status) or _KIND_OF_CODE.get(code, "invalid_request")
+        )
 
     @property
     def reason(self) -> str:
@@ -78,9 +94,12 @@ class Refusal(Exception):
 def ambiguous_member(document: dict[str, Any], where: str) -> str | None:
     """A member of ``document`` whose name folds to one the proxy reads without being it."""
     folded = _FOLDED[where]
+    exact = _EXACT[where]
     for name in document:
+        if name in exact:  # the common case: a name spelled as the proxy reads it
+            continue
         canonical = folded.get(name.casefold())
-        if canonical is not None and canonical != name:
+        if canonical is not None:
             return name
     return None
 
@@ -195,3 +214,65 @@ def _check_request(message: dict[str, Any]) -> None:
             if method in INPUT_REQUIRED_METHODS
             else "invalid request: params must be an object or array",
         )
+
+
+# --- routing headers ---------------------------------------------------------------------------
+
+#: MCP's routing headers: intermediaries route on them, so they must say what the body says.
+_ROUTING = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
+_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def check_routing_headers(headers: list[tuple[bytes, bytes]], body: Body) -> None:
+    """Refuse a request whose MCP routing headers disagree with its body, or appear twice.
+
+    A load balancer, a gateway or the server itself may route on ``Mcp-Method`` and ``Mcp-Name``
+    (MCP 2026-07-28) while the proxy binds states to the body's method and target. The two are
+    held to one value, as the spec requires of servers; a header given twice (one reader takes
+    the first, another the last) is refused. ``Mcp-Param-*`` headers, which mirror arguments,
+    must appear once each too.
+    """
+    seen: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in _ROUTING or name.startswith(b"mcp-param-"):
+            if name in seen:
+                raise Refusal(
+                    400, HEADER_MISMATCH, f"header mismatch: {name.decode('latin-1')} appears twice"
+                )
+            seen[name] = value
+    method_header, name_header = seen.get(b"mcp-method"), seen.get(b"mcp-name")
+    if method_header is None and name_header is None:
+        return
+    requests = [m for m in body.messages if "method" in m]
+    if body.batch or len(requests) != 1:
+        raise Refusal(400, HEADER_MISMATCH, "header mismatch: routing headers on a batch")
+    (message,) = requests
+    method = message["method"]
+    if method_header is not None and method_header.decode("latin-1") != method:
+        raise Refusal(400, HEADER_MISMATCH, "header mismatch: Mcp-Method is not the body's method")
+    member = _NAMED.get(method)
+    if name_header is not None:
+        params = message.get("params")
+        named = params.get(member) if member is not None and type(params) is dict else None
+        if named is None or _header_text(name_header) != named:
+            raise Refusal(
+                400, HEADER_MISMATCH, "header mismatch: Mcp-Name is not the body's name or uri"
+            )
+
+
+def _header_text(value: bytes) -> str | None:
+    """A routing header's text: as sent, or the UTF-8 inside MCP's ``=?base64?...?=`` form
+    (None when that form is malformed, so that it matches nothing)."""
+    if value.startswith(b"=?base64?") and value.endswith(b"?=") and len(value) >= 11:
+        payload = value[9:-2]
+        try:
+            decoded = base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            return None
+        if base64.b64encode(decoded) != payload:  # one spelling only
+            return None
+        try:
+            return decoded.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value.decode("latin-1")

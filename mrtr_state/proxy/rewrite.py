@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._encoding import b64url_decode
+from .._encoding import b64url_decode, encode_wire
 from ..errors import InvalidClaims, InvalidToken, MalformedToken
 from ..keyset import Keyset
 from ..mcp import INPUT_REQUIRED_METHODS, open_retry, request_target, wire_error
@@ -30,6 +29,9 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..replay import ReplayStore
 from ..tokens import issue
 from .jsonrpc import Body, Refusal, ambiguous_member, id_key
+
+if TYPE_CHECKING:
+    from .metrics import ProxyMetrics
 
 __all__ = [
     "Exchange",
@@ -73,6 +75,8 @@ def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
 
 
 UNPROTECTED = "the proxy could not protect requestState"
+#: The name each logged event is counted under.
+_COUNTED = {"verified": "opened"}
 
 
 class StateGuard:
@@ -93,6 +97,7 @@ class StateGuard:
         once: ReplayStore | None = None,
         log: LogSink | None = None,
         clock: Clock = time.time,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         self.keyset = keyset
         self.audience = audience
@@ -100,13 +105,18 @@ class StateGuard:
         self.policy = policy
         self.once = once
         self.clock = clock
+        self.metrics = metrics
         self._log = log
 
-    def report(self, event: str, started: float, **facts: Any) -> None:
-        """One log line about a state (when logging), with the time spent since ``started``."""
+    def report(self, event: str, started: float, result: str, **facts: Any) -> None:
+        """A state sealed, verified or refused: one log line (when logging), with the time spent
+        since ``started``, and its count (when counting). ``result`` is ``ok`` or a short code."""
+        if self.metrics is not None:
+            self.metrics.state(_COUNTED.get(event, event), "aead", result)
         if self._log is not None:
             latency = round((time.perf_counter() - started) * 1000, 3)
-            self._log({"event": event, "format": "aead", **facts, "latency_ms": latency})
+            line = {"event": event, "format": "aead", "result": result, **facts}
+            self._log({**line, "latency_ms": latency})
 
     def note(self, **facts: Any) -> None:
         """One log line about a request (when logging): a refusal, a client gone, an error."""
@@ -135,15 +145,15 @@ class StateGuard:
             return response
         started = time.perf_counter()
         method = request.get("method") if request is not None else None
-        reason = _unsealable(result, odd, method)
+        why = _unsealable(result, odd, method)
         if (
-            reason is not None
+            why is not None
             or request is None
             or type(result) is not dict
             or type(method) is not str
         ):
-            reason = reason or "no matching request"
-            self.report("refused", started, result="error", reason=reason, method=method)
+            code, reason = why or ("no_matching_request", "no matching request")
+            self.report("refused", started, code, reason=reason, method=method)
             return _error(response.get("id"), -32603, UNPROTECTED)
         params = request.get("params")
         target, arguments = request_target(method, params if type(params) is dict else None)
@@ -162,10 +172,10 @@ class StateGuard:
                 now=self.clock(),
             )
         except (ValueError, InvalidToken) as err:  # oversized state, no primary key...
-            self.report("refused", started, result="error", reason=str(err), method=method)
+            self.report("refused", started, "unsealable", reason=str(err), method=method)
             return _error(response.get("id"), -32603, UNPROTECTED)
         sealed = {**result, "requestState": minted.token}
-        self.report("sealed", started, result="ok", kid=minted.kid, method=method)
+        self.report("sealed", started, "ok", kid=minted.kid, method=method)
         return {**response, "result": sealed}
 
     # --- inbound -------------------------------------------------------------------------
@@ -203,25 +213,29 @@ class StateGuard:
             if type(state) is not str:
                 raise InvalidClaims("the sealed state is not the server's string")
         except InvalidToken as err:
-            self.report("refused", started, result=err.code, reason=str(err), method=method)
+            self.report("refused", started, err.code, reason=str(err), method=method)
             return None, {"jsonrpc": "2.0", "id": message.get("id"), "error": wire_error(err)}
         kid = _kid_of(params["requestState"])
-        self.report("verified", started, result="ok", kid=kid, method=method)
+        self.report("verified", started, "ok", kid=kid, method=method)
         return {**message, "params": {**params, "requestState": state}}, None
 
 
-def _unsealable(result: Any, odd: str | None, method: Any) -> str | None:
-    """Why the state in ``result`` cannot be sealed for a request of ``method``, or None."""
+def _unsealable(result: Any, odd: str | None, method: Any) -> tuple[str, str] | None:
+    """(code, reason) why the state in ``result`` cannot be sealed for a request of ``method``,
+    or None."""
     if odd is not None:
-        return f"the response has a member {odd!r} (a case variant of one the proxy reads)"
+        return (
+            "ambiguous_member",
+            f"the response has a member {odd!r} (a case variant of one the proxy reads)",
+        )
     if type(result) is not dict:
-        return "no result"
+        return "no_result", "no result"
     if result.get("resultType") != "input_required":
-        return "requestState outside an input_required result"
+        return "outside_input_required", "requestState outside an input_required result"
     if type(result["requestState"]) is not str:
-        return "requestState is not a string"
+        return "not_a_string", "requestState is not a string"
     if method not in INPUT_REQUIRED_METHODS:
-        return "no matching request"
+        return "no_matching_request", "no matching request"
     return None
 
 
@@ -269,8 +283,7 @@ class Exchange:
             return None
         if not self.changed:
             return original
-        value = self.forward if self.batch else self.forward[0]
-        return json.dumps(value, separators=(",", ":")).encode()
+        return encode_wire(self.forward if self.batch else self.forward[0])
 
     def rewrite(self, message: Any) -> Any:
         """A response (or batch of them) with every state sealed, or replaced by an error."""
@@ -291,7 +304,7 @@ class Exchange:
     def dropped(self, reason: str) -> None:
         """An event the stream could not inspect was dropped (it never reached the client)."""
         self._dropped += 1
-        self.guard.report("refused", time.perf_counter(), result="error", reason=reason)
+        self.guard.report("refused", time.perf_counter(), "event_dropped", reason=reason)
 
     def missing_answers(self) -> list[dict[str, Any]]:
         """After a dropped event: an error for each request that got no response."""

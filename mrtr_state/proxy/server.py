@@ -10,16 +10,19 @@ every target that is not origin-form.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["TARGET_EXTENSION", "bind", "json_lines", "protocol_class", "serve"]
+__all__ = ["TARGET_EXTENSION", "bind", "json_lines", "probe_once", "protocol_class", "serve"]
 
 #: The ASGI scope extension holding the request target as received (bytes).
 TARGET_EXTENSION = "mrtr_state.request_target"
@@ -68,6 +71,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def probe_once(upstream: Any) -> str | None:
+    """Whether the upstream answers a connection now (before the proxy's own loop runs)."""
+    found: str | None = asyncio.run(upstream.probe())
+    return found
+
+
 def json_lines(stream: TextIO) -> Callable[[dict[str, Any]], None]:
     """A log sink writing one JSON object per line to ``stream``."""
 
@@ -101,11 +110,13 @@ def serve(
     parser: str = "httptools",
     log: Callable[[dict[str, Any]], None] | None = None,
     drain: int = 10,
+    admin: Any = None,
+    admin_sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``app`` on ``sock`` until SIGINT or SIGTERM, then stop accepting and give requests
-    in flight (streams included) ``drain`` seconds to finish before closing them."""
-    import uvicorn
-
+    """Serve ``app`` on ``sock`` (and ``admin`` on ``admin_sock``) until SIGINT or SIGTERM,
+    then stop accepting and give requests in flight (streams included) ``drain`` seconds to
+    finish before closing them; the admin listener answers until the proxy is done (its
+    ``/readyz`` says "shutting down" meanwhile)."""
     handler: logging.Handler
     if log is not None:
         handler = _JsonLogHandler(log)
@@ -117,19 +128,47 @@ def serve(
         logger.handlers[:] = [handler]
         logger.setLevel(logging.WARNING)
         logger.propagate = False
+    common: dict[str, Any] = {
+        "ws": "none",
+        "log_config": None,
+        "access_log": False,
+        "server_header": False,
+        "date_header": False,
+        "proxy_headers": False,
+    }
     config = uvicorn.Config(
-        app,
-        http=protocol_class(parser),
-        ws="none",
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=drain,
+        app, http=protocol_class(parser), lifespan="on", timeout_graceful_shutdown=drain, **common
     )
+    main = uvicorn.Server(config)
+
+    async def run() -> None:
+        side: asyncio.Task[None] | None = None
+        admin_server: Any = None
+        if admin is not None and admin_sock is not None:
+            admin.draining = lambda: main.should_exit
+            admin_config = uvicorn.Config(
+                admin, http=protocol_class(parser), lifespan="off", **common
+            )
+            admin_server = _QuietServer(admin_config)
+            side = asyncio.ensure_future(admin_server.serve(sockets=[admin_sock]))
+        try:
+            await main.serve(sockets=[sock])
+        finally:
+            if admin_server is not None and side is not None:
+                admin_server.should_exit = True
+                await side
+
     # uvicorn stops on SIGTERM, then raises the signal again for the handler it found: let that
     # handler be a no-op, so that a drained proxy exits 0 (an orchestrator's normal stop).
     signal.signal(signal.SIGTERM, lambda number, frame: None)
-    uvicorn.Server(config).run(sockets=[sock])
+    loop_factory = config.get_loop_factory()
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(run())
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to the proxy's own server (one handler each)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

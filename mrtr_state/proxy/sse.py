@@ -14,12 +14,11 @@ and reported to ``dropped``: a client never sees what the proxy did not read.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
-from .._encoding import EncodingError, json_loads
+from .._encoding import EncodingError, encode_wire, json_loads
 from .jsonrpc import MAX_BODY_DEPTH
 
 __all__ = ["MAX_EVENT", "EventStream"]
@@ -175,8 +174,8 @@ class EventStream:
             return raw
         self._passed_raw = False
         kept = [line for line in lines if _field(line) != b"data"]
-        encoded = json.dumps(rewritten, separators=(",", ":")).encode()  # ends with a blank line
-        return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"
+        encoded = encode_wire(rewritten)
+        return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"  # ends with a blank line
 
 
 def _field(line: bytes) -> bytes:

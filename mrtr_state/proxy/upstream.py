@@ -55,6 +55,8 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        #: the values of the headers the proxy reads (framing, type, coding, connection)
+        self.read: dict[bytes, list[bytes]] = {}
         self.complete = False
         self.keep_alive = False
         self.trailing = False  # bytes arrived after the response: never reuse the connection
@@ -102,9 +104,13 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.headers = []
+        self.read = {}
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value.strip(b" \t")))
+        name, value = name.lower(), value.strip(b" \t")
+        self.headers.append((name, value))
+        if name in _READ:
+            self.read.setdefault(name, []).append(value)
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -113,11 +119,13 @@ class _Connection(asyncio.Protocol):
             return
         self._informational = False
         self.status = status
-        problem = _framing_problem(status, self.headers)
+        problem = _framing_problem(status, self.read)
         if problem is not None:
             self._fail(problem)
             return
-        self._eof_ends_body = _ends_at_eof(status, self.headers)
+        self._eof_ends_body = status not in (204, 304) and not (
+            b"content-length" in self.read or b"transfer-encoding" in self.read
+        )
         if not self._headers_ready.done():
             self._headers_ready.set_result(None)
 
@@ -188,12 +196,18 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _framing_problem(status: int, headers: list[tuple[bytes, bytes]]) -> str | None:
+#: The response headers the proxy reads, besides passing them on.
+_READ = frozenset(
+    {b"content-length", b"transfer-encoding", b"connection", b"content-type", b"content-encoding"}
+)
+
+
+def _framing_problem(status: int, read: dict[bytes, list[bytes]]) -> str | None:
     """Why a response's framing is ambiguous or unsupported (RFC 9112 section 6), or None."""
     if status == 101:
         return "the upstream switched protocols unasked"
-    lengths = [value for name, value in headers if name == b"content-length"]
-    codings = [value for name, value in headers if name == b"transfer-encoding"]
+    lengths = read.get(b"content-length")
+    codings = read.get(b"transfer-encoding")
     if lengths and codings:
         return "the upstream framed a response with both Content-Length and Transfer-Encoding"
     if codings:
@@ -207,13 +221,6 @@ def _framing_problem(status: int, headers: list[tuple[bytes, bytes]]) -> str | N
     return None
 
 
-def _ends_at_eof(status: int, headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether the body runs until the connection closes (no length, not chunked)."""
-    if status in (204, 304):
-        return False
-    return not any(name in (b"content-length", b"transfer-encoding") for name, _ in headers)
-
-
 class UpstreamResponse:
     """A response whose head has arrived; read its body with :meth:`chunks` or :meth:`read`,
     then :meth:`release` it (always: a ``finally`` does it in the app)."""
@@ -223,11 +230,15 @@ class UpstreamResponse:
         self._connection = connection
         self.status = connection.status
         self.headers = connection.headers
+        self._read = connection.read
         self._released = False
 
     def values(self, name: bytes) -> list[bytes]:
-        """Every value of header ``name`` (lower case), in order."""
-        return [value for key, value in self.headers if key == name]
+        """Every value of header ``name``, one of those the proxy reads (framing, type,
+        coding, connection), in order."""
+        if name not in _READ:
+            raise ValueError(f"the proxy does not read the {name!r} header")
+        return self._read.get(name, [])
 
     async def next_chunk(self) -> bytes | None:
         return await self._connection.next_chunk()
@@ -361,6 +372,25 @@ class Upstream:
             connection.abort()
             raise
         return UpstreamResponse(self, connection)
+
+    async def probe(self, timeout: float = 1.0) -> str | None:
+        """Why a new connection to the upstream cannot be made right now, or None (readiness)."""
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(
+                    asyncio.Protocol,
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self.host if self._ssl is not None else None,
+                ),
+                timeout,
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as err:
+            return f"{self.origin} unreachable ({type(err).__name__})"
+        transport.close()
+        return None
 
     async def aclose(self) -> None:
         for connection in [*self._idle, *self._busy]:

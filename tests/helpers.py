@@ -1,0 +1,155 @@
+"""Helpers the proxy tests share: raw HTTP on a socket, and the proxy as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+USER = b"X-Forwarded-User: alice\r\n"
+
+
+class Reply:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.status = int(lines[0].split(b" ")[1]) if lines[0].startswith(b"HTTP/") else 0
+        self.headers = {
+            k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])
+        }
+        if self.headers.get(b"transfer-encoding") == b"chunked":
+            body = _unchunk(body)
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out, data = out + data[:size], data[size + 2 :]
+    return out
+
+
+def send_raw(port: int, request: bytes, timeout: float = 30) -> Reply:
+    """One request as raw bytes (the caller frames it); read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return Reply(b"".join(chunks))
+
+
+def request(
+    method: bytes = b"POST",
+    target: bytes = b"/mcp",
+    body: Any = None,
+    headers: bytes = USER,
+) -> bytes:
+    content = (
+        body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
+    )
+    framing = b"Content-Length: %d\r\n" % len(content) if content or method == b"POST" else b""
+    return (
+        method
+        + b" "
+        + target
+        + b" HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n"
+        + b"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        + headers
+        + framing
+        + b"\r\n"
+        + content
+    )
+
+
+def call(name: str, id_: Any = 1, **params: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": id_,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": {}, **params},
+    }
+
+
+class ProxyProcess:
+    """The real ``mrtr-state proxy`` process, as an operator starts it, with ``--json-log``;
+    its stderr is kept (``stderr``) and its JSON lines parsed (``log``)."""
+
+    def __init__(
+        self,
+        keyset: Path,
+        upstream_url: str,
+        *more: str,
+        parser: str = "httptools",
+        principal: tuple[str, ...] = ("--principal-header", "X-Forwarded-User"),
+    ) -> None:
+        self.port = free_port()
+        self.log: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "mrtr_state", "proxy", "--keyset", str(keyset)),
+                *("--upstream", upstream_url + "/mcp", "--listen", f"127.0.0.1:{self.port}"),
+                *principal,
+                *("--json-log", "--http", parser, *more),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline and self.process.poll() is None, self.stderr
+                time.sleep(0.05)
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+            if line.startswith("{"):
+                self.log.append(json.loads(line))
+
+    def last_log(self, count: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + 5
+        while len(self.log) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.log[-count:]
+
+    def stop(self) -> int:
+        """SIGTERM, wait, and return the exit code; the streams are closed."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        code = self.process.wait(30)
+        self.reader.join(10)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+        return code

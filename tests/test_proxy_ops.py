@@ -1,0 +1,266 @@
+"""The proxy in production: the admin listener (liveness, readiness, Prometheus metrics), a
+keyset that fails to load made visible everywhere, graceful shutdown, start-up errors, and two
+proxies sharing one keyset and one Redis replay store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import mrtr_state as ms
+
+from .helpers import ROOT, ProxyProcess, call, request, send_raw
+from .servers import ScriptedUpstream, free_port, serving
+
+
+def admin_get(port: int, path: str) -> tuple[int, bytes, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read(), answer.headers["content-type"]
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read(), err.headers["content-type"]
+
+
+def samples(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of /metrics: name -> sorted labels -> value."""
+    status, text, kind = admin_get(port, "/metrics")
+    assert status == 200 and kind.startswith("text/plain")
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[tuple[ProxyProcess, ScriptedUpstream, int, Path]]:
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    upstream = ScriptedUpstream()
+    admin = free_port()
+    with serving(upstream) as upstream_url:
+        proxy = ProxyProcess(keyset, upstream_url, "--admin-listen", str(admin), "--drain", "5s")
+        try:
+            yield proxy, upstream, admin, keyset
+        finally:
+            proxy.stop()
+    assert not any("Traceback" in line for line in proxy.stderr), "".join(proxy.stderr)
+
+
+def test_the_admin_listener_serves_liveness_readiness_and_metrics(
+    rig: tuple[ProxyProcess, ScriptedUpstream, int, Path],
+) -> None:
+    proxy, _, admin, keyset = rig
+    assert admin_get(admin, "/healthz")[:2] == (200, b'{"status":"alive"}')
+    status, body, _ = admin_get(admin, "/readyz")
+    assert status == 200 and json.loads(body) == {"status": "ready"}
+    first = send_raw(proxy.port, request(body=call("deploy", id_=1))).json()
+    token = first["result"]["requestState"]
+    send_raw(proxy.port, request(body=call("deploy", id_=2, requestState=token)))
+    send_raw(proxy.port, request(body=call("deploy", id_=3, requestState=token[:-2] + "AA")))
+    send_raw(proxy.port, request(b"PUT", body=call("deploy")))
+    send_raw(proxy.port, request(body=call("object-state", id_=4)))
+    found = samples(admin)
+    states = found["mrtr_state_proxy_states_total"]
+    assert states[(("event", "sealed"), ("format", "aead"), ("reason", "ok"))] == 1
+    assert states[(("event", "opened"), ("format", "aead"), ("reason", "ok"))] == 1
+    assert states[(("event", "refused"), ("format", "aead"), ("reason", "bad_signature"))] == 1
+    assert states[(("event", "refused"), ("format", "aead"), ("reason", "not_a_string"))] == 1
+    refused = found["mrtr_state_proxy_refused_requests_total"]
+    assert refused[(("reason", "method_not_allowed"), ("status", "405"))] == 1
+    assert found["mrtr_state_proxy_work_seconds_count"][()] == 4
+    assert found["mrtr_state_proxy_upstream_seconds_count"][()] == 3  # one refused here
+    kid = ms.Keyset.load(keyset).primary("A256GCM").kid
+    keys = found["mrtr_state_keyset_keys"]
+    assert keys == {(("alg", "A256GCM"), ("kid", kid), ("status", "primary")): 1}
+    assert found["mrtr_state_keyset_reload_error"][()] == 0
+    assert admin_get(admin, "/nowhere")[0] == 404
+    request_post = urllib.request.Request(f"http://127.0.0.1:{admin}/metrics", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused_post:
+        urllib.request.urlopen(request_post, timeout=10)
+    refused_post.value.close()
+    assert refused_post.value.code == 405
+
+
+def test_a_keyset_that_fails_to_load_is_never_silent(
+    rig: tuple[ProxyProcess, ScriptedUpstream, int, Path],
+) -> None:
+    """A rotation that retires a key, published with a bad mode: the old keyset stays in force
+    (availability), and /readyz, /metrics and the log all say so until a good file loads."""
+    proxy, _, admin, keyset = rig
+    keyset.chmod(0o644)
+    time.sleep(2.5)  # the proxy looks every second, with or without traffic
+    status, body, _ = admin_get(admin, "/readyz")
+    assert status == 503
+    reasons = json.loads(body)["reasons"]
+    assert any("mode 0644" in r and "the last good keyset is in force" in r for r in reasons)
+    found = samples(admin)
+    assert found["mrtr_state_keyset_reload_error"][()] == 1
+    assert found["mrtr_state_keyset_reload_failures_total"][()] >= 2
+    warnings = [line for line in proxy.log if "still using the keyset loaded before" in str(line)]
+    assert len(warnings) >= 2  # repeated at each check, not said once
+    keyset.chmod(0o600)
+    time.sleep(1.5)
+    assert admin_get(admin, "/readyz")[0] == 200
+    assert samples(admin)["mrtr_state_keyset_reload_error"][()] == 0
+
+
+def test_readiness_follows_the_upstream(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    admin, upstream_port = free_port(), free_port()
+    proxy = ProxyProcess(
+        keyset, f"http://127.0.0.1:{upstream_port}", "--admin-listen", f"127.0.0.1:{admin}"
+    )
+    try:
+        assert any("warning: http://127.0.0.1" in line for line in proxy.stderr)  # at start-up
+        status, body, _ = admin_get(admin, "/readyz")
+        assert status == 503 and "upstream: http://127.0.0.1" in body.decode()
+        with serving(ScriptedUpstream(), port=upstream_port):
+            assert admin_get(admin, "/readyz")[0] == 200
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_sigterm_drains_requests_in_flight_then_exits_0(
+    rig: tuple[ProxyProcess, ScriptedUpstream, int, Path],
+) -> None:
+    proxy, _, admin, _ = rig
+    answers: list[Any] = []
+    slow = threading.Thread(
+        target=lambda: answers.append(
+            send_raw(proxy.port, request(body=call("slow", arguments={"seconds": 1.5})))
+        )
+    )
+    slow.start()
+    time.sleep(0.5)  # the request is with the upstream
+    proxy.process.terminate()
+    time.sleep(0.3)
+    status, body, _ = admin_get(admin, "/readyz")  # still answering, and saying why not ready
+    assert status == 503 and "shutting down" in body.decode()
+    with pytest.raises(ConnectionRefusedError):  # no new connection is accepted
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=1).close()
+    slow.join(10)
+    assert answers and answers[0].json()["result"]["content"][0]["text"] == "slow done"
+    assert proxy.process.wait(15) == 0
+
+
+def test_a_stream_longer_than_the_drain_is_closed_and_the_proxy_exits_0(
+    rig: tuple[ProxyProcess, ScriptedUpstream, int, Path],
+) -> None:
+    proxy, upstream, _, _ = rig
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=20)
+    sock.sendall(request(b"GET", headers=b"X-Forwarded-User: a\r\nAccept: text/event-stream\r\n"))
+    assert b"200 OK" in sock.recv(4096)
+    started = time.monotonic()
+    proxy.process.terminate()
+    assert proxy.process.wait(20) == 0
+    assert 4 <= time.monotonic() - started < 15  # --drain 5s
+    sock.close()
+    deadline = time.monotonic() + 10
+    while upstream.streams and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.streams == 0
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mrtr_state", "proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+
+
+def test_start_up_errors_are_clear_and_have_their_exit_codes(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    base = ("--keyset", str(keyset), "--upstream", "http://127.0.0.1:9/mcp", "--allow-anonymous")
+    bad = run_cli(*base, "--admin-listen", "nowhere:port")
+    assert bad.returncode == 2 and "--admin-listen" in bad.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = run_cli(*base, "--admin-listen", str(port), "--listen", f"127.0.0.1:{free_port()}")
+    assert busy.returncode == 7 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    missing = run_cli("--keyset", str(tmp_path / "none.json"), *base[2:])
+    assert missing.returncode == 6 and "no keyset at" in missing.stderr
+    keyset.chmod(0o644)
+    loose = run_cli(*base)
+    assert loose.returncode == 6 and "mode 0644" in loose.stderr
+    for result in (bad, busy, missing, loose):
+        assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    given = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server binary: install Debian's redis-server")
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_two_proxies_share_one_keyset_and_one_replay_store(tmp_path: Path, redis_url: str) -> None:
+    """A fleet of two: a retry that lands on the other proxy is served; a replay is refused on
+    either, whichever served the retry."""
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    upstream = ScriptedUpstream()
+    with serving(upstream) as upstream_url:
+        fleet = [
+            ProxyProcess(keyset, upstream_url, "--once", "--replay-store", redis_url)
+            for _ in range(2)
+        ]
+        try:
+            a, b = (proxy.port for proxy in fleet)
+            for first_on, retry_on in ((a, b), (b, a)):
+                token = send_raw(first_on, request(body=call("deploy", id_=1))).json()["result"][
+                    "requestState"
+                ]
+                retry = request(body=call("deploy", id_=2, requestState=token))
+                done = send_raw(retry_on, retry).json()
+                assert done["result"]["content"][0]["text"].startswith("PLAIN-STATE")
+                for replay_on in (a, b):
+                    again = send_raw(replay_on, retry).json()
+                    assert again["error"]["code"] == -32602
+            refusals = [line for p in fleet for line in p.log if line.get("result") == "replayed"]
+            assert len(refusals) == 4
+        finally:
+            for proxy in fleet:
+                proxy.stop()
