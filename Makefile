@@ -26,7 +26,9 @@ example: $(STAMP) ## Run the MCP SDK example: a stdio server eliciting a GitHub 
 	@test -f keys/keyset.json || $(BIN)/mrtr-state keys init
 	$(BIN)/python examples/client.py
 
-lint: $(STAMP) ## ruff (lint and format check) and mypy --strict
+lint: $(STAMP) ## ruff (lint and format check), mypy --strict, and bash -n on every shell script
+	@for script in .ci/run $$(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path './.venv/*'); do \
+	  bash -n "$$script" || { echo "shell syntax error in $$script" >&2; exit 1; }; done
 	$(BIN)/ruff check mrtr_state tests bench examples scripts fuzz
 	$(BIN)/ruff format --check mrtr_state tests bench examples scripts fuzz
 	$(BIN)/mypy
