@@ -100,12 +100,18 @@ def request_target(method: str, params: Mapping[str, Any] | None) -> tuple[str, 
 
 
 def retry_target(method: str, params: Any) -> tuple[str, Any]:
-    """The retry's (target, arguments); a retry that names none cannot match any state."""
-    target, arguments = request_target(method, params)
-    if not target:
-        what = "uri" if method == "resources/read" else "name"
-        raise RequestMismatch(f"request mismatch: the retry carries no {what}")
-    return target, arguments
+    """The retry's (target, arguments), refused as a request mismatch unless the retry names
+    its target as a string and gives its arguments, if any, as an object: the retry is the
+    client's, and a shape no request could have had matches no state (never a Python error)."""
+    given: Mapping[str, Any] = params if isinstance(params, Mapping) else {}
+    what = "uri" if method == "resources/read" else "name"
+    named = given.get(what)
+    if not isinstance(named, str) or not named:
+        raise RequestMismatch(f"request mismatch: the retry carries no {what} string")
+    arguments = given.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise RequestMismatch("request mismatch: the retry's arguments are not an object")
+    return request_target(method, params)
 
 
 def request_fingerprint(method: str, params: Mapping[str, Any] | None) -> str:

@@ -82,6 +82,27 @@ def test_input_required_result_and_retry_round_trip(keyset: ms.Keyset, fmt: str)
             open_retry(keyset, **arguments)
 
 
+@pytest.mark.parametrize(
+    ("method", "params", "reason"),
+    [
+        ("tools/call", {"name": {"env": "prod"}}, "no name string"),
+        ("tools/call", {"name": ""}, "no name string"),
+        ("tools/call", {}, "no name string"),
+        ("resources/read", {"uri": 7}, "no uri string"),
+        ("tools/call", {"name": "deploy", "arguments": "ms1.AAAA"}, "arguments are not an object"),
+        ("prompts/get", {"name": "p", "arguments": [1]}, "arguments are not an object"),
+        ("tools/call", {"name": "deploy", "arguments": 0}, "arguments are not an object"),
+    ],
+)
+def test_a_retry_of_a_shape_no_request_has_is_a_mismatch_not_an_exception(
+    keyset: ms.Keyset, method: str, params: dict[str, Any], reason: str
+) -> None:
+    # found by the proxy's differential fuzzing: a string for arguments raised ValueError
+    token = ms.mint(keyset, "s", method=method, target="deploy")
+    with pytest.raises(ms.RequestMismatch, match=reason):
+        open_retry(keyset, method=method, params={**params, "requestState": token})
+
+
 def test_the_fingerprint_ignores_the_json_rpc_id_and_meta() -> None:
     first = request_fingerprint("tools/call", {"name": "t", "arguments": {"a": 1}, "_meta": {}})
     retry = request_fingerprint(
