@@ -22,7 +22,7 @@ with atheris.instrument_imports():
     import mrtr_state as ms
 
     # The library imports these lazily; load them here so that they are instrumented too.
-    import mrtr_state.sdk_envelopes
+    from mrtr_state.envelopes import mcp_py as _py_envelope  # noqa: F401
     from mrtr_state.formats import aead, jwe, jws, mcp_py, mcp_ts  # noqa: F401
     from mrtr_state.keyset import Key
 

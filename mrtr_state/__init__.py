@@ -107,8 +107,8 @@ _WHERE = {
 
 
 _SUBMODULES = frozenset(
-    {"audit", "claims", "config", "errors", "formats", "keyfile", "keyset", "lifecycle", "mcp"}
-    | {"policy", "replay", "sdk_envelopes", "tokens"}
+    {"algorithms", "audit", "binding", "claims", "config", "envelopes", "errors", "formats"}
+    | {"inspection", "keyfile", "keyset", "lifecycle", "mcp", "policy", "replay", "tokens"}
 )
 
 

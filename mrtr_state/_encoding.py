@@ -39,7 +39,7 @@ __all__ = [
     "json_loads_object",
     "nesting_depth",
     "one_shot_encoder",
-    "scan_json",
+    "strict_object",
 ]
 
 MAX_DEPTH = 32
@@ -202,10 +202,24 @@ def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     return None
 
 
-#: The strict scanner itself, for a hot path that inlines :func:`json_loads_object`: call it as
-#: ``value, end = scan_json(text, 0)``, then check ``end == len(text)`` and the depth, as
-#: :func:`_parse` does. It raises EncodingError, ValueError, StopIteration or RecursionError.
-scan_json = _SCAN
+def strict_object(plaintext: bytes) -> tuple[dict[str, Any], str] | None:
+    """The JSON object ``plaintext`` holds and its text, under :func:`json_loads_object`'s
+    rules, or None (that function then says why). Every verification's envelope starts here:
+    the scanner called directly, the depth walked only when the brackets could exceed it."""
+    try:
+        text = plaintext.decode("utf-8")
+        document, end = _SCAN(text, 0)
+    except (ValueError, StopIteration, RecursionError):  # EncodingError, UnicodeDecodeError
+        return None
+    if (
+        type(document) is not dict
+        or end != len(text)
+        or (text.count("{") + text.count("[") > MAX_DEPTH and _depth(document) > MAX_DEPTH)
+    ):
+        return None
+    return document, text
+
+
 nesting_depth = _depth
 
 

@@ -19,7 +19,7 @@ from .formats._primitives import Keyed, hmac_key
 if TYPE_CHECKING:
     from .keyset import Key
 
-__all__ = ["PREFIX", "expected_tag", "principal_tag", "tag_matches"]
+__all__ = ["PREFIX", "principal_tag", "tag_matches"]
 
 PREFIX = "h1."
 _LABEL = b"mrtr-state/v1/principal-tag\x00"
@@ -40,25 +40,15 @@ def principal_tag(key: Key, principal: str, salt: bytes | None = None) -> str:
     return PREFIX + b64url_encode(chosen + state.finalize()[:_MAC])
 
 
-def expected_tag(key: Key, stored: str, principal: str) -> str:
-    """The tag ``principal`` would have with the salt of ``stored``; never equal if malformed."""
+def tag_matches(key: Key, stored: str, principal: str) -> bool:
+    """Whether ``stored`` is a tag of ``principal`` under ``key`` (the MAC bytes compared in
+    constant time). Anything that is not a well-formed tag matches nothing."""
     if not stored.startswith(PREFIX):
-        return ""
+        return False
     try:
         raw = b64url_decode(stored[len(PREFIX) :])
     except EncodingError:
-        return ""
-    if len(raw) != _SALT + _MAC:
-        return ""
-    return principal_tag(key, principal, raw[:_SALT])
-
-
-def tag_matches(key: Key, stored: str, principal: str) -> bool:
-    """Whether ``stored`` is a tag of ``principal`` under ``key``: :func:`expected_tag` and the
-    comparison in one, comparing the MAC bytes instead of re-encoding them (verification's
-    common case). Raises on a principal UTF-8 cannot carry; the caller's general path names it.
-    """
-    raw = b64url_decode(stored[len(PREFIX) :]) if stored.startswith(PREFIX) else b""
+        return False
     if len(raw) != _SALT + _MAC:
         return False
     state = key.prepared("principal-tag", _keyed).copy()

@@ -1,14 +1,8 @@
-"""Claims: what a requestState token asserts, and the checks that decide whether to believe it.
+"""Claims: what a requestState token asserts, their exact shape, and request fingerprints.
 
-Every check is stated as the condition to *accept* (``iat <= now + skew``, ``now < exp``), so a
-value that compares false with everything, such as NaN, fails closed instead of slipping through
-an ``if now > exp: reject`` test. Numbers must be true integers: ``true`` is not 1, ``"1"`` is
-not 1, and 1e400 never gets this far (the JSON layer refuses it).
-
-Binding fails closed in both directions: a token bound to a principal, request or audience is
-refused when the verifier does not state the same value, and a verifier that states one refuses
-a token that lacks it. Otherwise an unbound token, minted by any code path that forgot the
-binding, would be accepted everywhere.
+Numbers must be true integers: ``true`` is not 1, ``"1"`` is not 1, and 1e400 never gets this
+far (the JSON layer refuses it). The checks that decide whether to believe the claims (lifetime,
+then binding) are the accepting path of their envelope, :mod:`mrtr_state.envelopes.own`.
 """
 
 from __future__ import annotations
@@ -17,19 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._encoding import b64url_encode, compare_digest, one_shot_encoder
+from ._encoding import b64url_encode, one_shot_encoder
 from .errors import (
-    AudienceMismatch,
-    BindingMismatch,
-    ExpiredToken,
     InvalidClaims,
-    NotYetValid,
-    PrincipalMismatch,
-    RequestMismatch,
 )
-from .policy import Policy
 
-__all__ = ["Claims", "arguments_digest", "request_id"]
+__all__ = ["Claims", "arguments_digest", "claims_problem", "parse_claims", "request_id"]
 
 MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets near it
 _MAX_TIME = MAX_TIME
@@ -89,47 +76,39 @@ def _show(value: Any) -> str:
 
 
 def parse_claims(document: Any) -> Claims:
-    """Check the shape of decoded claims: required members, exact types, nothing unknown.
+    """The claims of a decoded document, or the :class:`InvalidClaims` naming what is wrong.
 
-    On the hot path of every verification: one expression accepts well-formed claims, and only
-    when it fails are the specific messages worked out (:func:`_refuse_claims`). Counting the
-    members present against those the expression checked rules out unknown members and
-    optional claims written as null in the same step.
+    For showing claims (``inspect``) and rebuilding freshly minted ones. Verification does not
+    come here: its envelope's accepting path tests the same shape inline
+    (:mod:`mrtr_state.envelopes.own`) and asks :func:`claims_problem` only why it failed.
     """
-    if type(document) is dict:
-        get = document.get
-        iat, exp, jti, sub, aud, rid = (
-            get("iat"),
-            get("exp"),
-            get("jti"),
+    problem = claims_problem(document)
+    if problem is not None:
+        raise problem
+    get = document.get
+    return _new_tuple(
+        Claims,
+        (
+            document["st"],
+            document["iat"],
+            document["exp"],
+            document["jti"],
             get("sub"),
             get("aud"),
             get("rid"),
-        )
-        if (
-            type(iat) is int
-            and type(exp) is int
-            and type(jti) is str
-            and 0 <= iat < _MAX_TIME
-            and 0 <= exp < _MAX_TIME
-            and jti
-            and "st" in document
-            and (sub is None or (type(sub) is str and sub))
-            and (aud is None or (type(aud) is str and aud) or _audience_list(aud))
-            and (rid is None or (type(rid) is str and rid))
-            and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
-        ):
-            return _new_tuple(Claims, (document["st"], iat, exp, jti, sub, aud, rid, None))
-    raise _refuse_claims(document)
+            None,
+        ),
+    )
 
 
-def _audience_list(value: Any) -> bool:
+def audience_list(value: Any) -> bool:
     """RFC 7519 allows ``aud`` to be a list of audiences; ours are never empty, nor their items."""
     return type(value) is list and bool(value) and all(type(a) is str and a for a in value)
 
 
-def _refuse_claims(document: Any) -> InvalidClaims:
-    """The precise reason ``document`` is not acceptable claims (the slow path)."""
+def claims_problem(document: Any) -> InvalidClaims | None:
+    """What is wrong with the shape of decoded claims, None if nothing: required members, exact
+    types, nothing unknown, optional claims never null."""
     if type(document) is not dict:
         return InvalidClaims("claims must be a JSON object")
     if not document.keys() <= _MEMBERS:
@@ -147,98 +126,12 @@ def _refuse_claims(document: Any) -> InvalidClaims:
     for name in ("sub", "aud", "rid"):
         if name in document:
             value = document[name]
-            if name == "aud" and _audience_list(value):
+            if name == "aud" and audience_list(value):
                 continue
             if type(value) is not str or not value:
                 what = "a non-empty string" + (" or list of them" if name == "aud" else "")
                 return InvalidClaims(f"claim {name} must be {what}, got {_show(value)}")
-    return InvalidClaims("claims are not in the accepted shape")  # not reached: fail closed
-
-
-def check_claims(
-    claims: Claims,
-    now: float,
-    policy: Policy,
-    *,
-    sub: str | None,
-    aud: str | None,
-    rid: str | None,
-) -> None:
-    """:func:`check_lifetime` then :func:`check_binding`, lifetime first, so that "expired" wins
-    over a binding mismatch.
-
-    The general path of verification, where every refusal is named: a valid token's common case
-    is accepted by :func:`mrtr_state.tokens.verify` in one folded test before it gets here.
-    """
-    check_lifetime(claims, now, policy)
-    check_binding(claims, sub=sub, aud=aud, rid=rid)
-
-
-def _same(stored: str | None, expected: str | None) -> bool:
-    """Both absent, or both present and equal (compared in constant time)."""
-    if stored is None or expected is None:
-        return stored is expected
-    try:
-        return compare_digest(stored, expected)
-    except TypeError:  # non-ASCII text is compared as UTF-8 bytes
-        return compare_digest(stored.encode("utf-8"), expected.encode("utf-8"))
-
-
-def check_lifetime(claims: Claims, now: float, policy: Policy) -> None:
-    """Accept only ``0 < exp - iat <= ttl_cap``, ``iat <= now + skew`` and ``now < exp``."""
-    if claims.iat is None:
-        raise InvalidClaims("claims lack iat")
-    lifetime = claims.exp - claims.iat
-    if not lifetime > 0:
-        raise InvalidClaims(f"token lifetime {lifetime} s is not positive (exp <= iat)")
-    if not lifetime <= policy.ttl_cap:
-        raise InvalidClaims(
-            f"token lifetime {lifetime} s exceeds this verifier's ttl_cap of {policy.ttl_cap} s: "
-            "it was minted under a higher cap; raise ttl_cap on the verifier too, or mint "
-            "shorter tokens"
-        )
-    if not claims.iat <= now + policy.skew:
-        ahead = claims.iat - now
-        raise NotYetValid(
-            f"not yet valid: issued {ahead:.0f} s in the future, beyond the {policy.skew} s "
-            "allowed clock skew"
-        )
-    if not now < claims.exp:
-        raise ExpiredToken(f"expired {_ago(now - claims.exp)} ago")
-
-
-def _ago(seconds: float) -> str:
-    whole = int(seconds)
-    if whole < 120:
-        return f"{whole} s"
-    if whole < 7200:
-        return f"{whole // 60} min"
-    return f"{whole // 3600} h"
-
-
-def check_binding(claims: Claims, *, sub: str | None, aud: str | None, rid: str | None) -> None:
-    """Refuse unless each of principal, audience and request matches exactly (or both absent)."""
-    if claims.sub is not None or sub is not None:
-        _bound("principal", claims.sub, sub, PrincipalMismatch)
-    if claims.aud is not None or aud is not None:
-        stored: Any = claims.aud
-        if type(stored) is list and aud is not None:
-            # a list names every audience the token is for: the verifier's must be one of them
-            stored = next((a for a in stored if _same(a, aud)), stored[0])
-        _bound("audience", stored, aud, AudienceMismatch)
-    if claims.rid is not None or rid is not None:
-        _bound("request", claims.rid, rid, RequestMismatch)
-
-
-def _bound(
-    what: str, stored: str | None, expected: str | None, error: type[BindingMismatch]
-) -> None:
-    if stored is None:
-        raise error(f"{what} mismatch: the token is not bound to a {what}, but one was given")
-    if expected is None:
-        raise error(f"{what} mismatch: the token is bound to a {what}; give it to verify")
-    if not _same(stored, expected):
-        raise error(f"{what} mismatch")
+    return None
 
 
 _SHA256: Any = None

@@ -12,7 +12,8 @@ or ``ValueError``, as in Fernet: they are bugs in the calling program, not hosti
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 PUBLIC_MESSAGE = "invalid or expired request state"
 
@@ -21,6 +22,7 @@ __all__ = [
     "AudienceMismatch",
     "BadSignature",
     "BindingMismatch",
+    "CapabilityMissing",
     "ConfigError",
     "ExpiredToken",
     "InvalidClaims",
@@ -206,3 +208,26 @@ class ReplayStoreError(MrtrStateError):
 
     code = "replay_store_error"
     exit_code = 6
+
+
+#: The JSON-RPC error code of a missing client capability (MCP 2026-07-28).
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+
+
+class CapabilityMissing(MrtrStateError):
+    """The server tried to send an input request of a kind the client did not declare."""
+
+    code = "capability_missing"
+    exit_code = 2
+
+    def __init__(self, message: str, required: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.required = dict(required)
+
+    def to_error(self) -> dict[str, Any]:
+        """The spec's -32021 JSON-RPC error object."""
+        return {
+            "code": MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "message": "Missing required client capability",
+            "data": {"requiredCapabilities": self.required},
+        }

@@ -25,7 +25,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from .errors import (
     KeysetError,
@@ -311,3 +311,73 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# --- secrets in files: what keys import and export read and write --------------------------------
+
+#: How secrets may be written down: raw bytes, base64 (standard or url-safe) or hex text.
+SECRET_ENCODINGS = ("raw", "base64", "hex")
+
+
+def read_secret(source: str, stdin: BinaryIO, limit: int) -> bytes:
+    """The bytes of secret file ``source`` (or of ``stdin`` for ``-``), read only up to ``limit``;
+    one trailing newline, as editors leave, is stripped. ``ValueError`` says what is wrong."""
+    try:
+        if source == "-":
+            data = stdin.read(limit + 1)
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(limit + 1)
+    except OSError as err:
+        raise ValueError(f"cannot read secret file {source}: {err.strerror}") from None
+    if len(data) > limit:
+        raise ValueError(f"the secret in {source} is over {limit} bytes")
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    if not data:
+        raise ValueError(f"the secret in {source} is empty")
+    return data
+
+
+def decode_secret(data: bytes, encoding: str, source: str) -> bytes:
+    """The raw secret from how it was written down (surrounding whitespace ignored for text)."""
+    if encoding == "raw":
+        return data
+    import base64
+    import binascii
+
+    text = data.strip()
+    try:
+        if encoding == "hex":
+            return bytes.fromhex(text.decode("ascii"))
+        standard = text.replace(b"-", b"+").replace(b"_", b"/")
+        decoded: bytes = base64.b64decode(standard + b"=" * (-len(standard) % 4), validate=True)
+        return decoded
+    except (ValueError, binascii.Error):
+        raise ValueError(f"the secret in {source} is not valid {encoding} text") from None
+
+
+def encode_secret(secret: bytes, encoding: str) -> bytes:
+    """A secret written down for export: raw bytes, or a line of base64url or hex text."""
+    if encoding == "raw":
+        return secret
+    if encoding == "hex":
+        return secret.hex().encode("ascii") + b"\n"
+    import base64
+
+    return base64.urlsafe_b64encode(secret).rstrip(b"=") + b"\n"
+
+
+def write_secret_file(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a new file, mode 0600 from the start, never over an existing file or
+    through a symlink, and flushed to disk before returning."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise ValueError(f"{path} exists; exported secrets never overwrite a file") from None
+    except OSError as err:
+        raise ValueError(f"cannot create {path}: {err.strerror}") from None
+    with os.fdopen(handle, "wb") as written:
+        written.write(data)
+        written.flush()
+        os.fsync(written.fileno())

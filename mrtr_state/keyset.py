@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import algorithms as _algorithms
 from . import keyfile
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
 from .errors import (
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
+# The algorithm table lives in its own module; re-exported for callers of the keyset.
+ALGORITHMS = _algorithms.ALGORITHMS
+OWN_ALGORITHMS = _algorithms.OWN_ALGORITHMS
+SDK_SECRET_BYTES = _algorithms.SDK_SECRET_BYTES
+derived_kid = _algorithms.derived_kid
+secret_length_ok = _algorithms.secret_length_ok
+
 T = TypeVar("T")
 
 
@@ -46,56 +54,6 @@ def _log() -> Any:
     import logging
 
     return logging.getLogger("mrtr_state")
-
-
-#: Key algorithm -> (format that uses it, length of a generated secret in bytes).
-ALGORITHMS: Mapping[str, tuple[str, int]] = {
-    "A256GCM": ("aead", 32),
-    "HS256": ("jws", 32),
-    "dir+A256GCM": ("jwe", 32),
-    "mcp-py-v1": ("mcp-py", 32),
-    "mcp-ts-v1": ("mcp-ts", 32),
-}
-#: The algorithms of mrtr-state's own formats: what ``keys init`` makes by default.
-OWN_ALGORITHMS = ("A256GCM", "HS256", "dir+A256GCM")
-#: The official SDKs take operator secrets "as given", at least 32 bytes; our formats use keys.
-SDK_SECRET_BYTES = (32, 4096)
-_SDK_KDF_INFO = b"mcp/request-state/v1/aes-256-gcm"
-
-
-def secret_length_ok(alg: str, secret: bytes) -> bool:
-    if alg in OWN_ALGORITHMS:
-        return len(secret) == ALGORITHMS[alg][1]
-    low, high = SDK_SECRET_BYTES
-    return low <= len(secret) <= high
-
-
-def sdk_aes_key(secret: bytes) -> bytes:
-    """The AES-256 key the MCP Python SDK derives from an operator secret (HKDF-SHA256)."""
-    from cryptography.hazmat.primitives.hashes import SHA256
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-    return HKDF(algorithm=SHA256(), length=32, salt=None, info=_SDK_KDF_INFO).derive(secret)
-
-
-def derived_kid(alg: str, secret: bytes) -> str | None:
-    """The key id an SDK secret implies (its tokens carry it, or it names the key), else None.
-
-    mcp-py tokens carry SHA-256("mcp/request-state/v1/kid:" ‖ derived key)[:4], so the keyset must
-    use the same id to route them; mcp-ts tokens carry none, and the id only names the key.
-    """
-    if alg not in ("mcp-py-v1", "mcp-ts-v1"):
-        return None
-    # cryptography's SHA-256, not hashlib's: a keyset holding an SDK key should not make every
-    # command start a second OpenSSL binding
-    from cryptography.hazmat.primitives.hashes import SHA256, Hash
-
-    hashed = Hash(SHA256())
-    if alg == "mcp-py-v1":
-        hashed.update(b"mcp/request-state/v1/kid:" + sdk_aes_key(secret))
-    else:
-        hashed.update(b"mrtr-state/mcp-ts/kid:" + secret)
-    return hashed.finalize()[:4].hex()
 
 
 STATUSES = ("pending", "primary", "active", "retired")
@@ -175,7 +133,7 @@ class Key:
 
     @property
     def format(self) -> str:
-        return ALGORITHMS[self.alg][0]
+        return ALGORITHMS[self.alg].format
 
     @property
     def can_verify(self) -> bool:
@@ -236,7 +194,8 @@ class Key:
         """A key of ``alg`` with a fresh random secret."""
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-        return cls.from_secret(alg, os.urandom(ALGORITHMS[alg][1]), kid=kid, status=status, now=now)
+        size = ALGORITHMS[alg].exact or _algorithms.SDK_SECRET_BYTES[0]
+        return cls.from_secret(alg, os.urandom(size), kid=kid, status=status, now=now)
 
 
 class _Table:
@@ -270,13 +229,10 @@ class _Table:
                 f"{where}: unknown alg {key.alg!r}; use one of {', '.join(ALGORITHMS)}"
             )
         if not secret_length_ok(key.alg, key.secret):
-            wanted = (
-                f"a {ALGORITHMS[key.alg][1]}-byte"
-                if key.alg in OWN_ALGORITHMS
-                else "a {}..{}-byte".format(*SDK_SECRET_BYTES)
-            )
+            wanted = _algorithms.secret_rule(key.alg)
             raise KeysetInvalid(
-                f"{where}: {key.alg} needs {wanted} secret, this one has {len(key.secret)}; "
+                f"{where}: {key.alg} needs a secret of {wanted} bytes, this one has "
+                f"{len(key.secret)}; "
                 "generate a new key with: mrtr-state keys add --alg " + key.alg
             )
         implied = derived_kid(key.alg, key.secret)
@@ -517,6 +473,12 @@ class Keyset:
         """
         table = self._current()
         status = "pending" if alg in table.primary else "primary"
+        twin = next((k for k in table.keys if k.alg == alg and k.secret == secret), None)
+        if secret is not None and twin is not None:
+            raise ValueError(
+                f"this secret is already in {self.source} as {twin.status} key {twin.kid}; "
+                "nothing was added"
+            )
         if secret is None:
             key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
         else:
@@ -565,7 +527,7 @@ class Keyset:
         try:
             return self._current().primary[alg]
         except KeyError:
-            fmt = ALGORITHMS.get(alg, ("?",))[0]
+            fmt = ALGORITHMS[alg].format if alg in ALGORITHMS else "?"
             raise NoPrimaryKey(
                 f"{self.source} has no primary {alg} key to mint {fmt} tokens; add one with: "
                 f"mrtr-state keys add --alg {alg}, or promote a pending one with: "

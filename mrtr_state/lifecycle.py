@@ -24,12 +24,14 @@ from typing import Any
 from .durations import format_duration as ago
 from .errors import KeysetInvalid
 from .keyset import ALGORITHMS, Key, Keyset
-from .policy import DEFAULT_PROPAGATION, DEFAULT_ROTATE_EVERY, default_retention
+from .policy import DEFAULT_POLICY, DEFAULT_PROPAGATION, DEFAULT_ROTATE_EVERY, default_retention
 
 __all__ = [
     "DEFAULT_PROPAGATION",
     "DEFAULT_ROTATE_EVERY",
     "Change",
+    "check_period",
+    "check_retention",
     "default_retention",
     "due_list",
     "next_due",
@@ -147,6 +149,26 @@ def prune(
     ]
 
 
+def check_retention(retention: int, ttl_cap: int) -> None:
+    """Refuse (``ValueError``) a retention shorter than the ttl cap: rotation would retire keys
+    whose tokens are still valid."""
+    if retention < ttl_cap:
+        raise ValueError(
+            f"retention {ago(retention)} is shorter than the ttl cap {ago(ttl_cap)}: rotation "
+            "would retire keys whose tokens are still valid"
+        )
+
+
+def check_period(every: int, propagation: int) -> None:
+    """Refuse (``ValueError``) a rotation period shorter than the propagation delay: a new key
+    could be promoted before every replica has it."""
+    if every < propagation:
+        raise ValueError(
+            f"the rotation period {ago(every)} is shorter than the propagation delay "
+            f"{ago(propagation)}: a new key could be promoted before replicas have it"
+        )
+
+
 def rotate(
     keyset: Keyset,
     *,
@@ -155,6 +177,7 @@ def rotate(
     propagation: int,
     retention: int,
     every: int = DEFAULT_ROTATE_EVERY,
+    ttl_cap: int = DEFAULT_POLICY.ttl_cap,
 ) -> tuple[Keyset, list[Change]]:
     """One safe rotation step for each algorithm (all algorithms in use unless ``algs``).
 
@@ -165,7 +188,13 @@ def rotate(
     algorithm with no primary gets one at once. Every transition is safe on its own, so running
     this twice in a row (or every 15 minutes from two cron jobs) only ever moves the keyset
     forward, and no faster than the period.
+
+    Refused (``ValueError``), because no step would then be safe: a ``retention`` shorter than
+    ``ttl_cap`` (keys would be retired while their tokens are still valid) and a period
+    ``every`` shorter than ``propagation`` (a key could be promoted before replicas have it).
     """
+    check_retention(retention, ttl_cap)
+    check_period(every, propagation)
     chosen = algs or tuple(alg for alg in ALGORITHMS if any(k.alg == alg for k in keyset))
     for alg in chosen:
         if alg not in ALGORITHMS:

@@ -26,7 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .claims import request_id as fingerprint
-from .errors import InvalidToken, MalformedToken, MrtrStateError, RequestMismatch
+from .errors import (
+    CapabilityMissing,
+    InvalidToken,
+    MalformedToken,
+    RequestMismatch,
+)
 from .formats import get_format
 from .keyset import Keyset
 from .policy import DEFAULT_POLICY, Policy
@@ -52,31 +57,11 @@ INPUT_REQUIRED_METHODS = ("tools/call", "prompts/get", "resources/read")
 CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 INVALID_PARAMS = -32602
 _log = logging.getLogger("mrtr_state")
-MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 _KIND_OF_METHOD = {
     "elicitation/create": "elicitation",
     "sampling/createMessage": "sampling",
     "roots/list": "roots",
 }
-
-
-class CapabilityMissing(MrtrStateError):
-    """The server tried to send an input request of a kind the client did not declare."""
-
-    code = "capability_missing"
-    exit_code = 2
-
-    def __init__(self, message: str, required: Mapping[str, Any]) -> None:
-        super().__init__(message)
-        self.required = dict(required)
-
-    def to_error(self) -> dict[str, Any]:
-        """The spec's -32021 JSON-RPC error object."""
-        return {
-            "code": MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "message": "Missing required client capability",
-            "data": {"requiredCapabilities": self.required},
-        }
 
 
 def _require_method(method: str) -> None:

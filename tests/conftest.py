@@ -30,6 +30,16 @@ def keyset() -> ms.Keyset:
 
 
 @pytest.fixture
+def ks(tmp_path: Path) -> Path:
+    """A keyset file made by ``mrtr-state keys init``, as a new user makes one."""
+    from .helpers import run
+
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    return path
+
+
+@pytest.fixture
 def keyset_path(tmp_path: Path, keyset: ms.Keyset) -> Path:
     path = tmp_path / "keys" / "keyset.json"
     keyset.save(path)

@@ -1,4 +1,4 @@
-"""Helpers the proxy tests share: raw HTTP on a socket, and the proxy as a process."""
+"""Helpers tests share: the CLI run in-process, raw HTTP on a socket, the proxy as a process."""
 
 from __future__ import annotations
 
@@ -12,10 +12,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner, Result
+
+from mrtr_state.cli import cli
+
 from .servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = b"X-Forwarded-User: alice\r\n"
+#: The environment a CLI test runs in: none of the caller's MRTR_STATE_* settings leak in.
+CLEAN_ENV: dict[str, str | None] = {
+    name: None for name in os.environ if name.startswith("MRTR_STATE_")
+}
+
+
+def run(
+    *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, code: int = 0
+) -> Result:
+    """Run the CLI in-process; assert the exit code and that no traceback escaped."""
+    runner = CliRunner()
+    result = runner.invoke(cli, list(args), input=input, env={**CLEAN_ENV, **(env or {})})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def mint(ks: Path, *args: str) -> str:
+    """A token minted by the CLI under the keyset at ``ks``."""
+    return run("--keyset", str(ks), "mint", *args).stdout.strip()
 
 
 class Reply:

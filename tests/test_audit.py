@@ -16,7 +16,7 @@ from mrtr_state.audit import audit_capture
 from mrtr_state.keyset import Key
 
 from .conftest import shared_vector
-from .test_cli import run
+from .helpers import run
 
 
 def capture() -> list[dict[str, Any]]:

@@ -13,37 +13,14 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 import mrtr_state as ms
 from mrtr_state.cli import cli
 
+from .helpers import CLEAN_ENV, mint, run
+
 ROOT = Path(__file__).resolve().parents[1]
-CLEAN_ENV = {name: None for name in os.environ if name.startswith("MRTR_STATE_")}
-
-
-def run(
-    *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, code: int = 0
-) -> Result:
-    """Run the CLI in-process; assert the exit code and that no traceback escaped."""
-    runner = CliRunner()
-    result = runner.invoke(cli, list(args), input=input, env={**CLEAN_ENV, **(env or {})})
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    assert result.exit_code == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result
-
-
-@pytest.fixture
-def ks(tmp_path: Path) -> Path:
-    path = tmp_path / "keyset.json"
-    run("--keyset", str(path), "keys", "init")
-    return path
-
-
-def mint(ks: Path, *args: str) -> str:
-    return run("--keyset", str(ks), "mint", *args).stdout.strip()
 
 
 # --- help ----------------------------------------------------------------------------------
@@ -183,7 +160,7 @@ def test_request_fingerprint_flags(ks: Path) -> None:
         (["--ttl", "0"], "--ttl must be at least 1s"),
         (["--format", "zip"], "'zip' is not"),
         (["--request-id", "r", "--method", "m"], "not both"),
-        (["--method", "tools/call"], "both --method and --target"),
+        (["--method", "tools/call"], "method and target together"),
         (["--method", "m", "--target", "t", "--arguments", "NaN"], "--arguments is not valid"),
     ],
 )
@@ -576,8 +553,9 @@ VERIFY_NEVER_IMPORTS = [
     "mrtr_state.lifecycle",
     "mrtr_state.replay",
     "logging",
-    "mrtr_state.sdk_envelopes",
-    "mrtr_state._render",
+    "mrtr_state.envelopes.mcp_py",
+    "mrtr_state.envelopes.mcp_ts",
+    "mrtr_state.cli._render",
     "hashlib",
     "hmac",
     "pathlib",

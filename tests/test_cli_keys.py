@@ -14,7 +14,7 @@ import pytest
 
 import mrtr_state as ms
 
-from .test_cli import run
+from .helpers import run
 
 
 @pytest.fixture

@@ -82,14 +82,18 @@ def test_secrets_never_appear_in_repr_or_errors(keyset: ms.Keyset) -> None:
         ("bad-kid", {"keys": [jwk(kid="../../etc/passwd")]}, "8 lowercase hex"),
         ("uppercase-kid", {"keys": [jwk(kid="0A0B0C0D")]}, "8 lowercase hex"),
         ("unknown-alg", {"keys": [jwk(alg="HS512")]}, "unknown alg 'HS512'"),
-        ("short-key", {"keys": [jwk(secret=b"\x01" * 16)]}, "needs a 32-byte secret"),
-        ("long-key", {"keys": [jwk(secret=b"\x01" * 33)]}, "needs a 32-byte secret"),
+        ("short-key", {"keys": [jwk(secret=b"\x01" * 16)]}, "needs a secret of exactly 32 bytes"),
+        ("long-key", {"keys": [jwk(secret=b"\x01" * 33)]}, "needs a secret of exactly 32 bytes"),
         ("padded-k", {"keys": [{**jwk(), "k": b64url_encode(b"\x01" * 32) + "="}]}, "canonical"),
         ("unknown-status", {"keys": [jwk(status="spare")]}, "unknown status"),
         ("unknown-member", {"keys": [jwk(use="sig")]}, "unknown members use"),
         ("bad-since", {"keys": [jwk(since={"primary": "yesterday"})]}, "since"),
         ("duplicate-kid", {"keys": [jwk(), jwk(alg="HS256")]}, "appears twice"),
-        ("two-primaries", {"keys": [jwk("00000001"), jwk("00000002")]}, "both primary"),
+        (
+            "two-primaries",
+            {"keys": [jwk("00000001"), jwk("00000002", secret=b"\x02" * 32)]},
+            "both primary",
+        ),
     ],
 )
 def test_invalid_keysets_are_refused_with_a_fix(

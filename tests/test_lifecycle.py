@@ -86,8 +86,12 @@ def test_prune_waits_for_the_retention_window() -> None:
 def test_rotate_walks_the_whole_lifecycle_one_safe_step_at_a_time() -> None:
     keyset = one_alg()
     first = keyset.primary("A256GCM").kid
-    # a period no longer than the propagation delay: a successor is due as soon as it can be
-    step: dict[str, Any] = {"propagation": PROPAGATION, "retention": RETENTION, "every": 0}
+    # a period as short as the propagation delay: a successor is due as soon as it can be
+    step: dict[str, Any] = {
+        "propagation": PROPAGATION,
+        "retention": RETENTION,
+        "every": PROPAGATION,
+    }
 
     keyset, changes = life.rotate(keyset, now=NOW, **step)
     assert [c.action for c in changes] == ["add"]
@@ -108,6 +112,18 @@ def test_rotate_walks_the_whole_lifecycle_one_safe_step_at_a_time() -> None:
     keyset, changes = life.rotate(keyset, now=demoted_at + 2 * RETENTION, **step)
     assert ("prune", first) in [(c.action, c.kid) for c in changes]
     assert keyset.get(first) is None
+
+
+def test_rotate_refuses_settings_under_which_no_step_is_safe() -> None:
+    """A library caller gets the invariants the CLI enforces: keys retired while their tokens
+    are valid, or promoted before replicas have them, are refused before anything changes."""
+    keyset = one_alg()
+    with pytest.raises(ValueError, match="retention 10m is shorter than the ttl cap 1h"):
+        life.rotate(keyset, now=NOW, propagation=60, retention=600, ttl_cap=3600)
+    with pytest.raises(ValueError, match="rotation period 5m is shorter than the propagation"):
+        life.rotate(keyset, now=NOW, propagation=600, retention=RETENTION, every=300)
+    # at the limits, both are allowed
+    life.rotate(keyset, now=NOW, propagation=600, retention=3600, every=600, ttl_cap=3600)
 
 
 def test_rotate_has_a_cadence_however_often_it_runs() -> None:
@@ -205,7 +221,11 @@ class RotationMachine(RuleBasedStateMachine):
     def rotate(self) -> None:
         before = {k.kid: k for k in self.keyset}
         self.keyset, changes = life.rotate(
-            self.keyset, now=self.now, propagation=PROPAGATION, retention=RETENTION, every=0
+            self.keyset,
+            now=self.now,
+            propagation=PROPAGATION,
+            retention=RETENTION,
+            every=PROPAGATION,
         )
         for change in changes:
             if change.action in ("retire", "prune"):

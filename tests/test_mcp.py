@@ -23,7 +23,7 @@ from mrtr_state.mcp import (
 )
 from mrtr_state.replay import MemoryStore
 
-from .test_cli import run
+from .helpers import run
 
 ELICIT_FORM = {
     "method": "elicitation/create",

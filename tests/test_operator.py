@@ -18,7 +18,7 @@ import mrtr_state as ms
 from mrtr_state.cli import cli
 from mrtr_state.mcp import KeysetCodec
 
-from .test_cli import CLEAN_ENV, mint, run
+from .helpers import CLEAN_ENV, mint, run
 from .test_mcp import _accept, elicitation_server
 
 mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test dependency")
@@ -26,14 +26,6 @@ mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test
 from mcp import Client  # noqa: E402
 from mcp.server.request_state import RequestStateSecurity  # noqa: E402
 from mcp_types import InputRequiredResult  # noqa: E402
-
-
-@pytest.fixture
-def ks(tmp_path: Path) -> Path:
-    path = tmp_path / "keyset.json"
-    run("--keyset", str(path), "keys", "init")
-    return path
-
 
 # --- 1. what the recommended SDK integration emits can be checked -------------------------
 

@@ -259,7 +259,15 @@ def test_two_proxies_share_one_keyset_and_one_replay_store(tmp_path: Path, redis
                 for replay_on in (a, b):
                     again = send_raw(replay_on, retry).json()
                     assert again["error"]["code"] == -32602
-            refusals = [line for p in fleet for line in p.log if line.get("result") == "replayed"]
+            # each proxy's log is read by a thread: give the last lines a moment to arrive
+            deadline = time.monotonic() + 5
+            while True:
+                refusals = [
+                    line for p in fleet for line in p.log if line.get("result") == "replayed"
+                ]
+                if len(refusals) >= 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             assert len(refusals) == 4
         finally:
             for proxy in fleet:

@@ -29,7 +29,7 @@ from mrtr_state.replay import (
 )
 
 from .conftest import NOW
-from .test_cli import run
+from .helpers import run
 
 ROUNDS = 25
 RACERS = 16

@@ -14,35 +14,15 @@ from typing import Any
 
 import jwt
 import pytest
-from click.testing import CliRunner, Result
 
 import mrtr_state as ms
 from mrtr_state import lifecycle
-from mrtr_state.cli import cli
+from mrtr_state.formats import get_format
 from mrtr_state.keyset import Key
 
+from .helpers import mint, run
+
 ROOT = Path(__file__).resolve().parents[1]
-CLEAN_ENV = {name: None for name in os.environ if name.startswith("MRTR_STATE_")}
-
-
-def run(*args: str, input: str | bytes | None = None, code: int = 0) -> Result:
-    result = CliRunner().invoke(cli, list(args), input=input, env=CLEAN_ENV)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    assert result.exit_code == code, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result
-
-
-@pytest.fixture
-def ks(tmp_path: Path) -> Path:
-    path = tmp_path / "keyset.json"
-    run("--keyset", str(path), "keys", "init")
-    return path
-
-
-def mint(ks: Path, *args: str) -> str:
-    return run("-k", str(ks), "mint", *args).stdout.strip()
 
 
 # --- 1. no token is exit 2, everywhere -------------------------------------------------------
@@ -254,11 +234,21 @@ def test_a_config_that_is_not_utf8_is_a_config_error_naming_the_file(
 # --- 7. input checks -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arguments", ["[1,2]", '"x"', "3", "null", "true"])
-def test_arguments_must_be_a_json_object(ks: Path, arguments: str) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "kind"),
+    [
+        ("[1,2]", "an array"),
+        ('"x"', "a string"),
+        ("3", "a number"),
+        ("null", "a literal"),
+        ("true", "a literal"),
+    ],
+)
+def test_arguments_must_be_a_json_object(ks: Path, arguments: str, kind: str) -> None:
     binding = ("--method", "tools/call", "--target", "deploy", "--arguments", arguments)
     result = run("-k", str(ks), "mint", *binding, code=2)
-    assert "--arguments must be a JSON object" in result.stderr
+    assert "arguments must be a JSON object" in result.stderr
+    assert f"not {kind}" in result.stderr
     with pytest.raises(ValueError, match="arguments must be a JSON object"):
         ms.mint(
             ms.Keyset.load(ks),
@@ -344,19 +334,15 @@ def test_seal_over_the_cap_reports_the_size_that_does_not_fit(ks: Path) -> None:
 
 
 def test_inspect_of_a_keyset_codec_token_shows_its_state(ks: Path) -> None:
+    from mrtr_state.binding import binding_of
+    from mrtr_state.envelopes.mcp_py import ENVELOPE
     from mrtr_state.mcp import KeysetCodec
-    from mrtr_state.sdk_envelopes import mcp_py_envelope
 
     codec = KeysetCodec(ms.Keyset.load(ks))
-    envelope = mcp_py_envelope(
-        "step-2",
-        now=time.time(),
-        ttl=60,
-        method="tools/call",
-        target="deploy",
-        arguments={},
-        audience=None,
-        principal=None,
+    binding = binding_of(method="tools/call", target="deploy", arguments={})
+    key = codec.keyset.primary("A256GCM")
+    envelope, _document = ENVELOPE.pack(
+        "step-2", binding, key, get_format("aead"), time.time(), 60, os.urandom(36)
     )
     token = codec.seal(envelope)
     view = json.loads(run("-k", str(ks), "inspect", "--json", token).stdout)

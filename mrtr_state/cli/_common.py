@@ -103,41 +103,37 @@ def request_binding(
     bind: str | None = None,
     bind_file: str | None = None,
 ) -> dict[str, Any]:
-    """The request-binding keyword arguments of mint and verify, from the command line."""
-    if request_id is not None and (method or target or arguments):
-        raise click.UsageError("give --request-id or --method/--target/--arguments, not both")
-    if (method is None) != (target is None):
-        raise click.UsageError("a request binding needs both --method and --target")
-    if arguments is not None and method is None:
-        raise click.UsageError("--arguments needs --method and --target")
+    """The request-binding keyword arguments of mint and verify, from the command line.
+
+    The rules of a binding are the library's (:func:`mrtr_state.binding.binding_of`), checked
+    here once so that a mistake is a usage error (exit 2) before any keyset is read.
+    """
     if bind is not None and bind_file is not None:
         raise click.UsageError("give --bind or --bind-file, not both")
     parsed = None if arguments is None else parse_json(arguments, "--arguments")
-    if arguments is not None and not isinstance(parsed, dict):
+    if arguments is not None and parsed is None:
+        # JSON null would read as "no arguments" below; stated on the command line, it is a mistake
         raise click.UsageError(
-            "--arguments must be a JSON object (MCP tool and prompt arguments are objects), "
-            f"not a JSON {_json_kind(parsed)}"
+            "arguments must be a JSON object (MCP tool and prompt arguments are objects), "
+            "not a literal"
         )
     bound: str | bytes | None = bind
     if bind_file is not None:
         bound = read_small_file(bind_file, MAX_BIND_BYTES, "bind file")
-    return {
+    request: dict[str, Any] = {
         "request_id": request_id,
         "method": method,
         "target": target,
         "arguments": parsed,
         "bind": bound,
     }
+    from ..binding import binding_of
 
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if value is None or isinstance(value, bool):
-        return "literal"
-    return "number"
+    try:
+        binding_of(**request)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    return request
 
 
 def read_small_file(path: str, limit: int, what: str) -> bytes:

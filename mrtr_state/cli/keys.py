@@ -15,12 +15,14 @@ from typing import Any
 
 import click
 
-from .. import _render
+from .. import keyfile
 from .. import lifecycle as life
+from ..algorithms import secret_rule
 from ..durations import format_duration
 from ..errors import KeysetError
 from ..formats import get_format
 from ..keyset import ALGORITHMS, OWN_ALGORITHMS, SDK_SECRET_BYTES, Key, Keyset, secret_length_ok
+from . import _render
 from ._common import (
     App,
     ErrorMappingGroup,
@@ -233,11 +235,14 @@ def keys_import(
     path = app.writable_path(settings)
     if (secret_file is None) == (secret_env is None):
         raise click.UsageError("give exactly one of --secret-file or --secret-env")
-    secret = _read_secret(secret_file) if secret_file is not None else _env_secret(str(secret_env))
-    secret_file = secret_file or f"${secret_env}"
-    secret = _decode_secret(secret, encoding, secret_file)
+    limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
+    if secret_file is not None:
+        secret = keyfile.read_secret(secret_file, sys.stdin.buffer, limit)
+    else:
+        secret = _env_secret(str(secret_env))
+    secret = keyfile.decode_secret(secret, encoding, secret_file or f"${secret_env}")
     if not secret_length_ok(alg, secret):
-        wanted = f"exactly {ALGORITHMS[alg][1]}" if alg in OWN_ALGORITHMS else "at least 32"
+        wanted = secret_rule(alg)
         raise click.UsageError(
             f"{alg} needs {wanted} secret bytes; {secret_file} holds {len(secret)} "
             "(if it is base64 or hex text for one of our formats, decode it to raw bytes first)"
@@ -246,12 +251,6 @@ def keys_import(
 
     def add(current: Keyset) -> Keyset:
         now = _now()
-        for existing in current:
-            if existing.alg == alg and existing.secret == secret:
-                raise click.UsageError(
-                    f"this secret is already in {path} as {existing.status} key {existing.kid}; "
-                    "nothing was imported"
-                )
         changed, key = current.with_new_key(alg, secret=secret, now=now)
         if primary and key.status != "primary":
             changed, _changes = life.promote(changed, key.kid, now=now)
@@ -266,49 +265,11 @@ def keys_import(
         click.echo(f"imported {key.alg} key {key.kid} as {key.status} into {path}")
 
 
-def _decode_secret(data: bytes, encoding: str, source: str) -> bytes:
-    """The raw secret from how it was written down (surrounding whitespace ignored for text)."""
-    if encoding == "raw":
-        return data
-    import base64
-    import binascii
-
-    text = data.strip()
-    try:
-        if encoding == "hex":
-            return bytes.fromhex(text.decode("ascii"))
-        standard = text.replace(b"-", b"+").replace(b"_", b"/")
-        return base64.b64decode(standard + b"=" * (-len(standard) % 4), validate=True)
-    except (ValueError, binascii.Error):
-        raise click.UsageError(f"the secret in {source} is not valid {encoding} text") from None
-
-
 def _env_secret(name: str) -> bytes:
     value = os.environ.get(name)
     if not value:
         raise click.UsageError(f"environment variable {name} is not set or empty")
     return value.encode("utf-8")
-
-
-def _read_secret(source: str) -> bytes:
-    from ._stdin import read_bounded
-
-    limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
-    try:
-        if source == "-":
-            data = read_bounded(sys.stdin.buffer, limit)
-        else:
-            with open(source, "rb") as handle:
-                data = read_bounded(handle, limit)
-    except OSError as err:
-        raise click.UsageError(f"cannot read secret file {source}: {err.strerror}") from None
-    if data is None:
-        raise click.UsageError(f"the secret in {source} is over {limit} bytes")
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    if not data:
-        raise click.UsageError(f"the secret in {source} is empty")
-    return data
 
 
 @keys.command("export")
@@ -339,29 +300,13 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
     key = keyset.get(kid)
     if key is None:
         raise KeysetError(f"{settings.keyset_source} has no key {kid}")
-    if encoding == "raw":
-        data = key.secret
-    elif encoding == "hex":
-        data = key.secret.hex().encode() + b"\n"
-    else:
-        import base64
-
-        data = base64.urlsafe_b64encode(key.secret).rstrip(b"=") + b"\n"
+    data = keyfile.encode_secret(key.secret, encoding)
     if to_stdout:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     assert out is not None
-    try:
-        handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        raise click.UsageError(f"{out} exists; exported secrets never overwrite a file") from None
-    except OSError as err:
-        raise click.UsageError(f"cannot create {out}: {err.strerror}") from None
-    with os.fdopen(handle, "wb") as written:
-        written.write(data)
-        written.flush()
-        os.fsync(written.fileno())
+    keyfile.write_secret_file(out, data)
     click.echo(f"wrote the secret of {key.alg} key {kid} to {out} (mode 0600)", err=True)
 
 
@@ -603,17 +548,16 @@ def rotate(
     wait = settings.propagation if propagation is None else propagation
     keep = settings.retention if retention is None else retention
     period = settings.rotate_every if every is None else every
-    if period < wait:
-        raise click.UsageError(
-            f"--every {format_duration(period)} is shorter than the propagation delay "
-            f"{format_duration(wait)}: a new key could be promoted before replicas have it"
-        )
-    if keep < settings.policy.ttl_cap:
-        raise KeysetError(
-            f"retention {format_duration(keep)} is shorter than the ttl cap "
-            f"{format_duration(settings.policy.ttl_cap)}: rotation would retire keys whose "
-            "tokens are still valid"
-        )
+    # checked here too (rotate refuses them as well) so that nothing is created first, each
+    # with its exit code: --every is an argument (2), retention comes from the settings (6)
+    try:
+        life.check_period(period, wait)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        life.check_retention(keep, settings.policy.ttl_cap)
+    except ValueError as err:
+        raise KeysetError(str(err)) from None
     created: list[life.Change] = []
     if init_if_missing and not path.exists():
         if dry_run:
@@ -623,7 +567,13 @@ def rotate(
     _step(
         path,
         lambda current: life.rotate(
-            current, algs=algs or None, now=_now(), propagation=wait, retention=keep, every=period
+            current,
+            algs=algs or None,
+            now=_now(),
+            propagation=wait,
+            retention=keep,
+            every=period,
+            ttl_cap=settings.policy.ttl_cap,
         ),
         dry_run=dry_run,
         as_json=as_json,

@@ -347,7 +347,7 @@ def _verify_lines(
                 if raw:
                     result = check(text)
                 else:
-                    try:  # verify's quick path takes text; bytes not ASCII get its reason
+                    try:  # verify's common case is text; bytes not ASCII get its reason
                         result = check(text.decode("ascii"))
                     except UnicodeDecodeError:
                         result = check(text)
@@ -441,7 +441,7 @@ def _inspected(
     if as_json:
         found = view.to_dict() if number is None else {"line": number, **view.to_dict()}
         return terminal_json(json_dumps(found))
-    from .. import _render  # only inspect draws
+    from . import _render  # only inspect draws
 
     drawn = _render.inspection(view, now=now, keyset_source=keyset_source)
     return drawn if number is None else f"line {number}:\n{drawn}"

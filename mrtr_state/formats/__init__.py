@@ -1,10 +1,17 @@
-"""Wire formats: one module per format behind one small protocol, and format detection.
+"""Token formats: the one table of format names, and detection.
 
-A format turns plaintext bytes into a token string under one key and back. It knows nothing of
-claims, lifetimes or bindings (the tokens layer adds those), so each module stays a page long and
-can be checked against its specification alone. Formats take the key id from the token, look the
-key up by that id (one dictionary look-up, never a trial of every key) and take the algorithm
-from the key, never from the token.
+A format is a **wire** (a module here: bytes in, a token string out, under one key, and back;
+it knows nothing of claims, lifetimes or bindings, so each stays a page long and can be checked
+against its specification alone) carrying an **envelope** (a module of
+:mod:`mrtr_state.envelopes`: what the plaintext means and the one path that accepts it). The
+AES-GCM blob wire serves aead and mcp-py alike; our claims travel in aead, jws and jwe.
+
+Wires take the key id from the token, look the key up by that id (one dictionary look-up, never
+a trial of every key) and take the algorithm from the key, never from the token.
+
+Adding a format is a wire module, an envelope module (or an existing one) and a row in
+:data:`_TABLE`; nothing else in the package branches on format names. Modules are imported on
+first use, so a command pays only for the formats it meets.
 """
 
 from __future__ import annotations
@@ -15,9 +22,19 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import MalformedToken
 
 if TYPE_CHECKING:
+    from ..envelopes import Envelope
     from ..keyset import Key, Keyset
 
-__all__ = ["FORMAT_NAMES", "OWN_FORMAT_NAMES", "Anatomy", "Format", "detect_format", "get_format"]
+__all__ = [
+    "FORMAT_NAMES",
+    "OWN_FORMAT_NAMES",
+    "Anatomy",
+    "Format",
+    "Wire",
+    "detect_format",
+    "format_of",
+    "get_format",
+]
 
 
 class Anatomy:
@@ -55,8 +72,8 @@ class Anatomy:
         return f"Anatomy(format={self.format!r}, kid={self.kid!r}, fields={self.fields!r})"
 
 
-class Format(Protocol):
-    """The contract every wire format module fulfils."""
+class Wire(Protocol):
+    """The contract every wire module's ``WIRE`` fulfils."""
 
     name: str
     alg: str
@@ -66,13 +83,14 @@ class Format(Protocol):
         """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`).
 
         ``nonce``: 12 random bytes the caller drew fresh for this token alone (minting draws a
-        token's nonce and ``jti`` in one system call), or None to draw them here. Formats
-        without a nonce ignore it.
+        token's random bytes in one system call), or None to draw them here. Wires without a
+        nonce ignore it.
         """
         ...
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        """Authenticate (and decrypt) ``token``; return the key it named and the plaintext."""
+        """Authenticate (and decrypt) ``token``; return the key it named and the plaintext, or
+        the specific refusal."""
         ...
 
     def anatomy(self, token: str) -> Anatomy:
@@ -80,36 +98,140 @@ class Format(Protocol):
         ...
 
 
-_MODULES = {"aead": "aead", "jws": "jws", "jwe": "jwe", "mcp-py": "mcp_py", "mcp-ts": "mcp_ts"}
-FORMAT_NAMES = tuple(_MODULES)
+class Format:
+    """One token format: its wire's ``seal``/``open``/``anatomy`` (the wire's own bound
+    methods, so calling them costs nothing more) and its ``envelope``. ``notes``: what
+    ``inspect`` says of every token of the format."""
+
+    __slots__ = (
+        "alg",
+        "anatomy",
+        "confidential",
+        "envelope",
+        "name",
+        "notes",
+        "open",
+        "seal",
+        "wire",
+    )
+
+    def __init__(self, name: str, wire: Wire, envelope: Envelope, notes: tuple[str, ...]) -> None:
+        self.name = name
+        self.wire = wire
+        self.envelope = envelope
+        self.alg = wire.alg
+        self.confidential = wire.confidential
+        self.seal = wire.seal
+        self.open = wire.open
+        self.anatomy = wire.anatomy
+        self.notes = notes
+
+    def __repr__(self) -> str:
+        return f"Format({self.name!r}, alg={self.alg!r})"
+
+
+class _Row:
+    """A row of the format table: the modules, and the token shape detection looks for.
+
+    ``prefix``: the text before a token's first dot, for prefixed formats; ``dots``: how many
+    dots follow it (None: any), or for unprefixed formats how many the token has, with
+    ``start`` its opening characters.
+    """
+
+    __slots__ = ("dots", "envelope", "name", "notes", "own", "prefix", "start", "wire")
+
+    def __init__(
+        self,
+        name: str,
+        wire: str,
+        envelope: str,
+        *,
+        prefix: str = "",
+        start: str = "",
+        dots: int | None = None,
+        own: bool = False,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        self.name, self.wire, self.envelope = name, wire, envelope
+        self.prefix, self.start, self.dots = prefix, start, dots
+        self.own, self.notes = own, notes
+
+
+_READABLE_CLAIMS = (
+    "the payload is readable by anyone holding the token; its sub is a salted keyed tag of the "
+    "principal, never the principal itself"
+)
+_TABLE = (
+    _Row("aead", "aead", "own", prefix="ms1", own=True),
+    _Row("jws", "jws", "own", start="eyJ", dots=2, own=True, notes=(_READABLE_CLAIMS,)),
+    _Row("jwe", "jwe", "own", dots=4, own=True),
+    _Row("mcp-py", "mcp_py", "mcp_py", prefix="v1", dots=0),
+    _Row(
+        "mcp-ts",
+        "mcp_ts",
+        "mcp_ts",
+        prefix="v1",
+        dots=1,
+        notes=("signed, not encrypted: the client can read the payload",),
+    ),
+)
+_ROWS = {row.name: row for row in _TABLE}
+FORMAT_NAMES = tuple(_ROWS)
 #: mrtr-state's own formats, with its claims; the others are the official SDKs' wire formats.
-OWN_FORMAT_NAMES = ("aead", "jws", "jwe")
+OWN_FORMAT_NAMES = tuple(row.name for row in _TABLE if row.own)
+# detection: prefix -> {dots after it (None: any): name}; unprefixed: {dots: (start, name)}
+_PREFIXED: dict[str, dict[int | None, str]] = {}
+for _row in _TABLE:
+    if _row.prefix:
+        _PREFIXED.setdefault(_row.prefix, {})[_row.dots] = _row.name
+_UNPREFIXED = {row.dots: (row.start, row.name) for row in _TABLE if not row.prefix}
+_LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
 _loaded: dict[str, Format] = {}
 
 
 def get_format(name: str) -> Format:
-    """The format called ``name``; its module is imported on first use."""
+    """The format called ``name``; its modules are imported on first use."""
     try:
         return _loaded[name]
     except KeyError:
         pass
-    if name not in _MODULES:
+    row = _ROWS.get(name)
+    if row is None:
         raise ValueError(f"unknown format {name!r}; known: {', '.join(FORMAT_NAMES)}")
-    module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
-    fmt: Format = module.FORMAT
-    _loaded[name] = fmt
+    wire: Wire = importlib.import_module(f"{__name__}.{row.wire}").WIRE
+    envelope: Envelope = importlib.import_module(f"..envelopes.{row.envelope}", __name__).ENVELOPE
+    fmt = _loaded[name] = Format(name, wire, envelope, row.notes)
     return fmt
 
 
-def detect_format(token: str) -> str:
-    """Name the format a token is written in, from its shape alone (DESIGN section 3)."""
-    if token.startswith("ms1."):
-        return "aead"
-    if token.startswith("v1."):
-        return "mcp-ts" if token.count(".") == 2 else "mcp-py"
-    dots = token.count(".")
-    if dots == 2 and token.startswith("eyJ"):
-        return "jws"
-    if dots == 4:
-        return "jwe"
+def _dots_after(token: str, at: int) -> int:
+    """How many dots ``token`` holds after index ``at``: two ``find`` calls (memchr) settle the
+    usual zero or one, a count the rest."""
+    second = token.find(".", at + 1)
+    if second < 0:
+        return 0
+    if token.find(".", second + 1) < 0:
+        return 1
+    return token.count(".", at + 1)
+
+
+def format_of(token: str) -> Format:
+    """The :class:`Format` a token is written in, from its shape alone (DESIGN section 3)."""
+    at = token.find(".")
+    # prefixes are short: a JOSE header before the first dot is never hashed and looked up
+    by_dots = _PREFIXED.get(token[:at]) if 0 < at <= _LONGEST_PREFIX else None
+    if by_dots is not None:
+        name = by_dots.get(None) or by_dots.get(_dots_after(token, at))
+        if name is not None:
+            return _loaded.get(name) or get_format(name)
+    else:
+        # no prefix: the number of segments, then how the first starts
+        start_name = _UNPREFIXED.get(token.count("."))
+        if start_name is not None and token.startswith(start_name[0]):
+            return _loaded.get(start_name[1]) or get_format(start_name[1])
     raise MalformedToken("not a requestState token of any known format")
+
+
+def detect_format(token: str) -> str:
+    """The name of the format a token is written in (:func:`format_of`)."""
+    return format_of(token).name

@@ -10,9 +10,9 @@ collisions out of reach, and rotation keeps keys far from it.
 
 from __future__ import annotations
 
-from ._gcm_blob import GcmBlobFormat
+from ._gcm_blob import GcmBlobWire
 from ._primitives import AESGCM
 
 PREFIX = "ms1."
 
-FORMAT = GcmBlobFormat("aead", "A256GCM", PREFIX, AESGCM)
+WIRE = GcmBlobWire("aead", "A256GCM", PREFIX, AESGCM)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._encoding import b64url_decode, b64url_encode, compare_digest
+from .._encoding import b64url_encode, compare_digest
 from ..errors import BadSignature, MalformedToken, UnknownKey, WrongFormat
 from . import Anatomy
 from ._jose import decode_segment, split_compact
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PREFIX = "v1."
 
 
-class McpTsFormat:
+class McpTsWire:
     name = "mcp-ts"
     alg = "mcp-ts-v1"
     confidential = False
@@ -50,7 +50,10 @@ class McpTsFormat:
         return [(key, key.prepared(self.alg, hmac_key)) for key in ordered]
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        body, mac_text = self._split(token)
+        signed, _dot, mac_text = token.rpartition(".")
+        if not (signed.startswith(PREFIX) and "." not in signed[len(PREFIX) :]):
+            self._split(token)  # names what is wrong with the structure
+            raise WrongFormat("not an mcp-ts token (v1.BODY.MAC)")  # fail closed
         mac = decode_segment(mac_text, "mcp-ts MAC")
         if len(mac) != 32:
             raise MalformedToken(f"mcp-ts MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
@@ -60,22 +63,10 @@ class McpTsFormat:
                 "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "
                 "mrtr-state keys import --alg mcp-ts-v1 --secret-file FILE"
             )
-        key = _signer(candidates, token[: len(PREFIX) + len(body)].encode("ascii"), mac)
+        key = _signer(candidates, signed.encode("ascii"), mac)
         if key is None:
             raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
-        return key, decode_segment(body, "mcp-ts body")
-
-    def open_quickly(self, keyset: Keyset, token: str) -> tuple[Key, bytes] | None:
-        """:meth:`open` for a well-formed token under one of the keyset's mcp-ts keys, in one
-        straight run. None, or any exception, sends the caller to :meth:`open`, which decides
-        again and names the reason."""
-        if not token.startswith(PREFIX):
-            return None
-        _prefix, body, mac_text = token.split(".")
-        mac = b64url_decode(mac_text)
-        candidates = keyset.derived("mcp-ts-candidates", self._build_candidates)
-        key = _signer(candidates, token[: len(PREFIX) + len(body)].encode("ascii"), mac)
-        return None if key is None else (key, b64url_decode(body))
+        return key, decode_segment(signed[len(PREFIX) :], "mcp-ts body")
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
@@ -105,4 +96,4 @@ def _signer(candidates: list[tuple[Key, Keyed]], signed: bytes, mac: bytes) -> K
     return None
 
 
-FORMAT = McpTsFormat()
+WIRE = McpTsWire()

@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
-from ._printable import printable
-from .durations import format_duration
-from .keyset import Key
-from .tokens import Inspection
+from .._printable import printable
+from ..durations import format_duration
+from ..inspection import Inspection
+from ..keyset import Key
 
 _SEGMENT_COLOURS = ("bright_black", "cyan", "yellow", "magenta", "green", "blue")
 

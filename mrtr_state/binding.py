@@ -1,0 +1,186 @@
+"""What a minter binds a token to, or a verifier expects it to be bound to: checked once.
+
+A token may be bound to the authenticated ``principal``, an ``audience`` (this server or fleet)
+and the originating request, given as the caller's ``request_id`` or as the request itself
+(``method``, ``target`` and ``arguments``, fingerprinted; never the JSON-RPC id, which changes on
+retry); the TypeScript SDK binds a ``bind`` value instead. :func:`binding_of` validates what
+the caller stated into one :class:`Binding` that every envelope receives. An envelope declares what
+it can carry (a mask of the kinds below), and a binding stated but not carried is never silently
+dropped: minting refuses it (``ValueError``), verifying refuses the token.
+
+The kinds are bits, so "stated but not carried" is one ``&`` on the path of every verification.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AUDIENCE",
+    "BIND",
+    "KIND_NAMES",
+    "PRINCIPAL",
+    "REQUEST",
+    "REQUEST_ID",
+    "Binding",
+    "binding_of",
+    "check_text",
+]
+
+#: The kinds of binding a token may carry, as bits.
+PRINCIPAL, AUDIENCE, REQUEST_ID, REQUEST, BIND = 1, 2, 4, 8, 16
+#: How each kind is named in messages.
+KIND_NAMES = {
+    PRINCIPAL: "a principal",
+    AUDIENCE: "an audience",
+    REQUEST_ID: "a request id",
+    REQUEST: "method, target and arguments",
+    BIND: "a bind value",
+}
+
+
+def check_text(name: str, value: Any) -> str:
+    """``value`` if it is non-empty text UTF-8 can carry, else the ``ValueError`` naming it."""
+    if type(value) is not str or not value:
+        raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{name} holds a lone surrogate, which UTF-8 (and so a token) cannot carry"
+            ) from None
+    return value
+
+
+class Binding:
+    """A validated binding (made by :func:`binding_of`, its only constructor): the values
+    stated, ``kinds`` (the bits of those stated) and ``rid``, the request identifier
+    mrtr-state's claims carry when one was stated as a string.
+
+    Immutable in use. The request fingerprint and the SDK's arguments digest are worked out on
+    first use and kept: verifying an ``mcp-py`` token needs the digest but no fingerprint.
+    """
+
+    __slots__ = (
+        "_digest",
+        "arguments",
+        "audience",
+        "bind",
+        "kinds",
+        "method",
+        "principal",
+        "request_id",
+        "rid",
+        "target",
+    )
+
+    principal: str | None
+    audience: str | None
+    request_id: str | None
+    method: str | None
+    target: str | None
+    arguments: Any
+    bind: str | bytes | None
+    kinds: int
+    rid: str | None
+    _digest: str | None
+
+    def fingerprint(self) -> str | None:
+        """The request identifier of mrtr-state's claims: the caller's ``request_id``, or the
+        fingerprint of method, target and arguments (see :func:`mrtr_state.request_id`)."""
+        if self.rid is None and self.method is not None:
+            from .claims import request_id as fingerprint
+
+            if not self.target:
+                raise ValueError("a request fingerprint needs a method and a non-empty target")
+            self.rid = fingerprint(method=self.method, target=self.target, arguments=self.arguments)
+        return self.rid
+
+    def digest(self) -> str:
+        """The MCP Python SDK's digest of the arguments (``{}`` when none were given)."""
+        if self._digest is None:
+            from .claims import arguments_digest
+
+            self._digest = arguments_digest({} if self.arguments is None else self.arguments)
+        return self._digest
+
+    def __repr__(self) -> str:
+        shown = ", ".join(name for bit, name in KIND_NAMES.items() if self.kinds & bit)
+        return f"Binding({shown or 'nothing'})"
+
+
+_new = object.__new__
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None or isinstance(value, bool):
+        return "a literal"
+    if isinstance(value, int | float):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
+def binding_of(
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    bind: str | bytes | None = None,
+) -> Binding:
+    """The validated :class:`Binding` of what a caller stated, or the ``ValueError`` naming
+    the caller's mistake. On the path of every mint and verify: the common case (ASCII text)
+    costs a type test and ``isascii`` per value; :func:`check_text` names the rest."""
+    kinds = 0
+    if principal is not None:
+        if type(principal) is not str or not principal or not principal.isascii():
+            check_text("principal", principal)
+        kinds = PRINCIPAL
+    if audience is not None:
+        if type(audience) is not str or not audience or not audience.isascii():
+            check_text("audience", audience)
+        kinds |= AUDIENCE
+    if request_id is not None:
+        if type(request_id) is not str or not request_id or not request_id.isascii():
+            check_text("request_id", request_id)
+        if method is not None or target is not None or arguments is not None:
+            raise ValueError("give request_id or method/target/arguments, not both")
+        kinds |= REQUEST_ID
+    elif method is not None or target is not None or arguments is not None:
+        # a binding stated but not carried would mint (or accept) an unbound token
+        if method is None or target is None:
+            raise ValueError("a request is bound by its method and target together")
+        check_text("method", method)
+        if type(target) is not str:
+            raise ValueError(f"target must be a string, got {target!r}")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise ValueError(
+                "arguments must be a JSON object (MCP tool and prompt arguments are "
+                f"objects), not {_json_kind(arguments)}"
+            )
+        kinds |= REQUEST
+    if bind is not None:
+        if isinstance(bind, str):
+            if not bind.isascii():  # may be empty, as the SDK's may
+                check_text("bind", bind)
+        elif not isinstance(bind, bytes):
+            raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
+        kinds |= BIND
+    binding = _new(Binding)
+    binding.principal = principal
+    binding.audience = audience
+    binding.request_id = request_id
+    binding.rid = request_id
+    binding.method = method
+    binding.target = target
+    binding.arguments = arguments
+    binding.bind = bind
+    binding.kinds = kinds
+    binding._digest = None
+    return binding

@@ -1,0 +1,227 @@
+"""Envelopes: what a token's plaintext means, and the one path that accepts it.
+
+A token is a wire (``formats/``: bytes in, bytes out, under a key) carrying an envelope: our
+claims, an SDK's claims, or sealed bytes. Each envelope has one accepting path, a straight run
+of checks that returns the claims or raises the specific error where a check fails (shape,
+then lifetime, then binding: "expired" and "principal mismatch" are only ever said of tokens
+that came from a key holder). There is no second, quicker path to keep in agreement with it.
+
+An envelope declares the bindings it can carry (:attr:`Envelope.carries`, bits of
+:mod:`mrtr_state.binding`). A binding stated but not carried is never dropped: a verifier that
+states one gets the token refused (:func:`refuse_uncarried`), a minter a ``ValueError``
+(:func:`refuse_to_mint`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..binding import (
+    AUDIENCE,
+    BIND,
+    KIND_NAMES,
+    PRINCIPAL,
+    REQUEST,
+    REQUEST_ID,
+    Binding,
+    binding_of,
+)
+from ..errors import (
+    AudienceMismatch,
+    BindingMismatch,
+    InvalidToken,
+    PrincipalMismatch,
+    RequestMismatch,
+    WrongFormat,
+)
+
+if TYPE_CHECKING:
+    from ..claims import Claims
+    from ..formats import Format
+    from ..keyset import Key
+    from ..policy import Policy
+
+__all__ = [
+    "UNCHECKED",
+    "Envelope",
+    "RequestStateOnly",
+    "View",
+    "refuse_to_mint",
+    "refuse_uncarried",
+]
+
+_UNCARRIED: dict[int, tuple[type[BindingMismatch], str]] = {
+    PRINCIPAL: (PrincipalMismatch, "principal mismatch: {} are not bound to a principal"),
+    AUDIENCE: (AudienceMismatch, "audience mismatch: {} are not bound to an audience"),
+    REQUEST_ID: (RequestMismatch, "request mismatch: {} carry no request id"),
+    REQUEST: (RequestMismatch, "request mismatch: {} do not bind method, target and arguments"),
+    BIND: (RequestMismatch, "bind mismatch: {} carry no bind value"),
+}
+
+
+#: The binding ``inspect`` passes to an accepting path: shape and lifetime are checked, and the
+#: path returns before any binding (inspect is not told which principal or request to expect).
+UNCHECKED = binding_of()
+
+
+class View:
+    """What ``inspect`` shows of an opened envelope: its kind, its members as read, the member
+    that holds the state, notes, and the problem its shape or lifetime has (None: sound)."""
+
+    __slots__ = ("claims", "kind", "notes", "problem", "sealed_bytes", "state_member")
+
+    def __init__(
+        self,
+        kind: str,
+        claims: dict[str, Any] | None,
+        state_member: str,
+        notes: tuple[str, ...] = (),
+        problem: InvalidToken | None = None,
+        sealed_bytes: int | None = None,
+    ) -> None:
+        self.kind = kind
+        self.claims = claims
+        self.state_member = state_member
+        self.notes = notes
+        self.problem = problem
+        self.sealed_bytes = sealed_bytes
+
+
+class Envelope(Protocol):
+    """The contract of every envelope."""
+
+    #: what ``inspect`` calls it, and the claim that holds the state
+    kind: str
+    state_member: str
+    #: the binding kinds it can carry (bits)
+    carries: int
+    #: how many random bytes :meth:`pack` is given: [0:16] the token id, [16:28] the wire's
+    #: nonce, [28:] a salt (fewer when the envelope needs none of them)
+    fresh_bytes: int
+
+    def pack(
+        self,
+        state: Any,
+        binding: Binding,
+        key: Key,
+        fmt: Format,
+        now: float,
+        ttl: int,
+        fresh: bytes,
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The plaintext of a new token and the claims it holds. ``binding`` holds only kinds
+        :attr:`carries` names (the caller checked); ``fresh``: :attr:`fresh_bytes` random
+        bytes drawn for this token alone; ``ttl`` is within the policy."""
+        ...
+
+    def accept(
+        self,
+        plaintext: bytes,
+        key: Key,
+        fmt: Format,
+        binding: Binding,
+        now: float,
+        policy: Policy,
+        carried: list[str] | None = None,
+    ) -> Claims:
+        """The claims of an authenticated plaintext, or the specific refusal. With ``carried``,
+        the state's own JSON text is appended to it when it can be printed as is. Under
+        :data:`UNCHECKED` it returns once shape and lifetime passed."""
+        ...
+
+    def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
+        """What ``inspect`` shows: the verdict of :meth:`accept` under :data:`UNCHECKED`."""
+        ...
+
+    def claims_of(self, document: dict[str, Any]) -> Claims:
+        """The claims of a document :meth:`pack` made."""
+        ...
+
+    def sealed(self, payload: bytes) -> bytes:
+        """The plaintext that carries raw ``payload`` (no claims), or ``ValueError``."""
+        ...
+
+    def unsealed(self, plaintext: bytes) -> bytes:
+        """The payload :meth:`sealed` wrapped, or :class:`WrongFormat`."""
+        ...
+
+    def codec_plaintext(self, envelope: bytes) -> bytes:
+        """The plaintext that carries an MCP Python SDK envelope for ``KeysetCodec``."""
+        ...
+
+    def codec_envelope(self, plaintext: bytes) -> bytes:
+        """The SDK envelope :meth:`codec_plaintext` wrapped, or :class:`WrongFormat`."""
+        ...
+
+
+class RequestStateOnly:
+    """An official SDK's envelope: its tokens are requestStates, never sealed payloads.
+
+    Its view shows the members as :meth:`document` reads them, and takes its verdict from the
+    envelope's own accepting path (bindings unchecked).
+    """
+
+    name = ""
+    kind = ""
+    state_member = ""
+
+    @staticmethod
+    def document(plaintext: bytes) -> dict[str, Any]:
+        """The envelope's members as read, or the refusal of its shape."""
+        raise NotImplementedError
+
+    def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
+        notes = (f"the SDK's bindings ({self.binds}) were not checked",)
+        try:
+            document = self.document(plaintext)
+        except InvalidToken as err:
+            return View(self.kind, _readable(plaintext), self.state_member, notes, err)
+        try:
+            self.accept(plaintext, key, fmt, UNCHECKED, now, policy)  # type: ignore[attr-defined]
+        except InvalidToken as err:
+            return View(self.kind, document, self.state_member, notes, err)
+        return View(self.kind, document, self.state_member, notes)
+
+    binds = ""
+
+    def sealed(self, payload: bytes) -> bytes:
+        raise ValueError(
+            f"{self.name} tokens are the SDK's requestStates, not sealed payloads; seal in "
+            "aead, jws or jwe, or mint an SDK token"
+        )
+
+    def unsealed(self, plaintext: bytes) -> bytes:
+        raise WrongFormat(f"{self.name} tokens are SDK requestStates, not sealed payloads; verify")
+
+    def codec_plaintext(self, envelope: bytes) -> bytes:
+        raise ValueError("the codec needs a confidential format: aead, jwe or mcp-py")
+
+    def codec_envelope(self, plaintext: bytes) -> bytes:
+        raise WrongFormat("this token does not hold an SDK requestState envelope")
+
+
+def _readable(plaintext: bytes) -> dict[str, Any] | None:
+    """The members of a plaintext that is a JSON object, as read (nothing is vouched for)."""
+    from .._encoding import EncodingError, json_loads_object
+
+    try:
+        document = json_loads_object(plaintext)
+    except EncodingError:
+        return None
+    return document if type(document) is dict else None
+
+
+def refuse_uncarried(kinds: int, what: str) -> BindingMismatch:
+    """The refusal of a token that cannot carry the stated binding ``kinds`` (the lowest bit
+    first): it is not bound as required, so this is a mismatch (fail closed), never a pass.
+    ``what`` names the tokens, as in "mcp-ts tokens"."""
+    lowest = kinds & -kinds
+    error, message = _UNCARRIED[lowest]
+    return error(message.format(what) + ", but one was stated")
+
+
+def refuse_to_mint(kinds: int, carries: int, format_name: str) -> ValueError:
+    """The ``ValueError`` of a caller asking for bindings a format cannot carry."""
+    names = ", ".join(name for bit, name in KIND_NAMES.items() if kinds & bit)
+    can = ", ".join(name for bit, name in KIND_NAMES.items() if carries & bit) or "nothing"
+    return ValueError(f"{format_name} tokens cannot carry {names} (they bind {can})")
