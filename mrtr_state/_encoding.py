@@ -37,7 +37,6 @@ __all__ = [
     "json_dumps",
     "json_loads",
     "json_loads_object",
-    "nesting_depth",
     "one_shot_encoder",
     "strict_object",
 ]
@@ -218,9 +217,6 @@ def strict_object(plaintext: bytes) -> tuple[dict[str, Any], str] | None:
     ):
         return None
     return document, text
-
-
-nesting_depth = _depth
 
 
 def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:

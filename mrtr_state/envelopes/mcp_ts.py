@@ -171,12 +171,12 @@ def _refusal(
         return ExpiredToken(f"expired {int(now - exp) if finite else '?'} s ago")
     if not exp - now <= policy.ttl_cap:
         return InvalidClaims(over_cap(exp - now, policy.ttl_cap))
-    if binding is UNCHECKED:
-        return InvalidClaims("mcp-ts body refused")  # not reached: fail closed
-    if binding.kinds & ~BIND:
-        return refuse_uncarried(binding.kinds & ~BIND, "mcp-ts tokens")
     tag, bind = document.get("b"), binding.bind
-    if tag is None:
+    if binding is UNCHECKED:
+        pass  # inspect's view: bindings are not examined
+    elif binding.kinds & ~BIND:
+        return refuse_uncarried(binding.kinds & ~BIND, "mcp-ts tokens")
+    elif tag is None:
         if bind is not None:
             return RequestMismatch(
                 "bind mismatch: the token carries no bind tag, but one was given"

@@ -33,7 +33,7 @@ from .._encoding import (
 )
 from .._principal import principal_tag, tag_matches
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, REQUEST_ID, Binding
-from ..claims import MAX_TIME, Claims, audience_list, claims_problem, parse_claims
+from ..claims import MAX_TIME, Claims, audience_list, claims_of, claims_problem, parse_claims
 from ..errors import (
     AudienceMismatch,
     ExpiredToken,
@@ -59,7 +59,7 @@ _CARRIES = PRINCIPAL | AUDIENCE | REQUEST_ID | REQUEST
 _UNCARRIED = ~_CARRIES
 _REQUESTS = REQUEST_ID | REQUEST
 _new_tuple = tuple.__new__
-_UNCHECKED = "bindings (principal, request, audience) were not checked"
+_NOT_CHECKED = "bindings (principal, request, audience) were not checked"
 
 
 def _ago(seconds: float) -> str:
@@ -244,17 +244,17 @@ class OwnEnvelope:
         try:
             shown = parse_claims(json_loads_object(plaintext)).to_dict()
         except EncodingError as err:
-            return View("claims", None, "st", (_UNCHECKED,), InvalidClaims(f"claims: {err}"))
+            return View("claims", None, "st", (_NOT_CHECKED,), InvalidClaims(f"claims: {err}"))
         except InvalidClaims as err:
-            return View("claims", None, "st", (_UNCHECKED,), err)
+            return View("claims", None, "st", (_NOT_CHECKED,), err)
         try:
             self.accept(plaintext, key, fmt, UNCHECKED, now, policy)
         except InvalidToken as err:
-            return View("claims", shown, "st", (_UNCHECKED,), err)
-        return View("claims", shown, "st", (_UNCHECKED,))
+            return View("claims", shown, "st", (_NOT_CHECKED,), err)
+        return View("claims", shown, "st", (_NOT_CHECKED,))
 
     def claims_of(self, document: dict[str, Any]) -> Claims:
-        return parse_claims(document)
+        return claims_of(document)  # our own, just packed: nothing to check
 
     def sealed(self, payload: bytes) -> bytes:
         return SEALED + payload
