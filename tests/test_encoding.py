@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mrtr_state import _encoding
 from mrtr_state._encoding import (
     MAX_DEPTH,
     EncodingError,
@@ -97,6 +98,48 @@ def test_json_accepts_the_deepest_allowed_nesting_and_brackets_in_strings() -> N
     deep = "[" * MAX_DEPTH + "]" * MAX_DEPTH
     assert json_loads(deep) is not None
     assert json_loads(json.dumps({"s": "[" * 200})) == {"s": "[" * 200}
+
+
+# strings made of the bytes the depth measure reads (brackets, quotes, backslashes) and others
+_tricky_text = st.text(alphabet=st.sampled_from(list('ab[]{}"\\\u00e9\U0001f600 ')), max_size=6)
+_tricky_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _tricky_text,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(_tricky_text, children, max_size=3)
+    ),
+    max_leaves=60,
+)
+
+
+@given(_tricky_values, st.integers(0, 40), st.booleans())
+def test_depth_read_from_the_text_agrees_with_walking_the_value(
+    value: object, max_depth: int, ascii_only: bool
+) -> None:
+    # the measure that reads the text at C speed and the walk it falls back on must agree,
+    # whatever brackets, quotes or escapes the strings hold, at every cap
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    parsed = json.loads(text)
+    assert _encoding._too_deep(text, parsed, max_depth) == (_encoding._depth(parsed) > max_depth)
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 8])
+@pytest.mark.parametrize(
+    "filler",
+    [{}, {"k": "plain"}, {"k": "]]]"}, {"k": 'a\\"['}],
+    ids=["empty", "plain-string", "brackets-in-a-string", "escape"],
+)
+def test_depth_cap_holds_on_both_paths_of_the_measure(levels: int, filler: object) -> None:
+    # wide as well as deep, so the bracket count alone never decides
+    value: object = [filler] * 40  # two levels: the list and the filler object
+    for _ in range(levels - 2):
+        value = [value, filler]
+    assert _encoding._depth(value) == levels
+    text = json.dumps(value)
+    if levels > MAX_DEPTH:
+        with pytest.raises(EncodingError, match="deeper"):
+            json_loads(text)
+    else:
+        assert json_loads(text) == value
 
 
 json_values = st.recursive(
