@@ -22,29 +22,57 @@ with atheris.instrument_imports():
     import mrtr_state as ms
 
     # The library imports these lazily; load them here so that they are instrumented too.
+    from mrtr_state.envelopes import mcp_php as _php_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_py as _py_envelope  # noqa: F401
-    from mrtr_state.formats import aead, jwe, jws, mcp_py, mcp_ts  # noqa: F401
+    from mrtr_state.envelopes import mcp_rb as _rb_envelope  # noqa: F401
+    from mrtr_state.envelopes import mcp_rs as _rs_envelope  # noqa: F401
+    from mrtr_state.formats import (  # noqa: F401
+        aead,
+        jwe,
+        jws,
+        mcp_php,
+        mcp_py,
+        mcp_rb,
+        mcp_rs,
+        mcp_rs2,
+        mcp_ts,
+    )
     from mrtr_state.keyset import Key
 
 NOW = 1_800_000_000
-FORMATS = ("aead", "jws", "jwe", "mcp-py", "mcp-ts")
 REQUEST: dict[str, Any] = {"method": "tools/call", "target": "t", "arguments": {}}
+FORMATS = ("aead", "jws", "jwe", "mcp-py", "mcp-ts", "mcp-rb", "mcp-rs", "mcp-rs2", "mcp-php")
+#: the binding each SDK format's seeds are minted with
+BINDINGS: dict[str, dict[str, Any]] = {
+    "mcp-py": REQUEST,
+    "mcp-rb": REQUEST,
+    "mcp-rs": {"bind": "ad"},
+    "mcp-rs2": {"bind": "ad"},
+}
 
 
 def keyset() -> ms.Keyset:
     own = list(ms.Keyset.generate(now=NOW))
     sdk = [
-        Key.from_secret(alg, secret)
-        for alg, secret in (("mcp-py-v1", b"p" * 40), ("mcp-ts-v1", b"t" * 40))
+        Key.from_secret(alg, secret, sdk_kid="ring" if alg == "mcp-rs-v2" else None)
+        for alg, secret in (
+            ("mcp-py-v1", b"p" * 40),
+            ("mcp-ts-v1", b"t" * 40),
+            ("mcp-rb-v1", b"r" * 32),
+            ("mcp-rs-v1", b"s" * 40),
+            ("mcp-rs-v2", b"k" * 40),
+            ("mcp-php-v1", b"h" * 40),
+        )
     ]
     return ms.Keyset([*own, *sdk])
 
 
 def seeds(keys: ms.Keyset, fmt: str) -> list[str]:
-    state = "s" if fmt == "mcp-py" else {"k": [1, 2.5, None, "é"]}
-    extra = REQUEST if fmt == "mcp-py" else {}
-    tokens = [ms.mint(keys, state, format=fmt, now=NOW, **extra)]
-    if fmt not in ("mcp-py", "mcp-ts"):
+    state = "s" if fmt in ("mcp-py", "mcp-rb") else {"k": [1, 2.5, None, "é"]}
+    tokens = [ms.mint(keys, state, format=fmt, now=NOW, **BINDINGS.get(fmt, {}))]
+    if fmt in ("mcp-rs", "mcp-rs2"):
+        tokens.append(ms.mint(keys, b"\x00raw", format=fmt, now=NOW))
+    if fmt in ("aead", "jws", "jwe"):
         tokens.append(
             ms.mint(keys, state, format=fmt, now=NOW, principal="a", audience="b", request_id="c")
         )
@@ -71,7 +99,7 @@ def main() -> None:
         else:
             token = provider.ConsumeUnicodeNoSurrogates(provider.remaining_bytes())
         for call in (
-            lambda: ms.verify(keys, token, now=NOW, **REQUEST),
+            lambda: ms.verify(keys, token, now=NOW, **BINDINGS.get(fmt, REQUEST)),
             lambda: ms.inspect(token, keyset=keys, now=NOW),
             lambda: ms.inspect(token),
             lambda: ms.unseal(keys, token),

@@ -176,7 +176,7 @@ def audit_capture(
     pending: dict[tuple[str, str, str], _Exchange] = {}
     # digest of an issued state -> (identity, result line, capture time)
     issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]] = {}
-    forget_after = policy.ttl_cap + policy.skew
+    forget_after = policy.lifetime_cap + policy.skew
 
     def find(kind: str, lines_involved: tuple[int, ...], message: str) -> None:
         # messages quote the capture (methods, names, keys): never let it drive a terminal

@@ -10,7 +10,7 @@ working folder.
     keyset = "keys/keyset.json"
     format = "aead"
     ttl = "5m"             # durations or whole seconds
-    ttl_cap = "1h"
+    ttl_cap = "1h"         # or "none": verifiers accept any lifetime (rotate refuses it)
     audience = "https://mcp.example.com"
     max_size = 8192
     propagation = "1h"     # how long a new key stays pending before rotate promotes it
@@ -36,6 +36,7 @@ from .policy import (
     DEFAULT_POLICY,
     DEFAULT_PROPAGATION,
     DEFAULT_ROTATE_EVERY,
+    DEFAULT_TTL_CAP,
     Policy,
     default_retention,
 )
@@ -277,6 +278,10 @@ def load_settings(
     for name in _INTEGERS:
         if name in merged and type(merged[name]) is not int:
             raise ConfigError(f"setting {name} must be a whole number, got {merged[name]!r}")
+    # ttl_cap "none" lifts the cap (a verifier of tokens that live long or never expire)
+    uncapped = merged.get("ttl_cap") == "none"
+    if uncapped:
+        del merged["ttl_cap"]
     for name in _DURATIONS:
         value = merged.get(name)
         if isinstance(value, str):
@@ -296,7 +301,7 @@ def load_settings(
     try:
         policy = Policy(
             ttl=merged.get("ttl", DEFAULT_POLICY.ttl),
-            ttl_cap=merged.get("ttl_cap", DEFAULT_POLICY.ttl_cap),
+            ttl_cap=None if uncapped else merged.get("ttl_cap", DEFAULT_TTL_CAP),
             max_size=merged.get("max_size", DEFAULT_POLICY.max_size),
         )
     except ValueError as err:
@@ -313,7 +318,9 @@ def load_settings(
         config_file=config_path,
         propagation=merged.get("propagation", DEFAULT_PROPAGATION),
         rotate_every=merged.get("rotate_every", DEFAULT_ROTATE_EVERY),
-        retention=merged.get("retention", default_retention(policy.ttl_cap, policy.skew)),
+        retention=merged.get(
+            "retention", default_retention(policy.ttl_cap or DEFAULT_TTL_CAP, policy.skew)
+        ),
         keyset_json=None if flagged else inline,
         replay_store=merged.get("replay_store", "memory:"),
         sources=sources,

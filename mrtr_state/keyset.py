@@ -66,7 +66,7 @@ def is_kid(value: object) -> bool:
     return type(value) is str and len(value) == 8 and not value.strip(_HEX_DIGITS)
 
 
-_KEY_MEMBERS = frozenset({"kty", "kid", "alg", "k", "status", "since"})
+_KEY_MEMBERS = frozenset({"kty", "kid", "alg", "k", "status", "since", "sdk_kid"})
 
 
 class Key:
@@ -76,9 +76,11 @@ class Key:
     dataclass: the dataclass machinery would be most of a command's start-up work.
     """
 
-    __slots__ = ("_prepared", "alg", "kid", "secret", "since", "status")
+    __slots__ = ("_prepared", "alg", "kid", "sdk_kid", "secret", "since", "status")
 
     kid: str
+    #: the key id the SDK's own tokens carry (rmcp's keyring ids), for algorithms that have one
+    sdk_kid: str | None
     alg: str
     secret: bytes
     status: str
@@ -93,9 +95,11 @@ class Key:
         status: str = "primary",
         since: Mapping[str, int] | None = None,
         _prepared: dict[str, Any] | None = None,
+        sdk_kid: str | None = None,
     ) -> None:
         setter = object.__setattr__
         setter(self, "kid", kid)
+        setter(self, "sdk_kid", sdk_kid)
         setter(self, "alg", alg)
         setter(self, "secret", secret)
         setter(self, "status", status)
@@ -122,6 +126,7 @@ class Key:
             "secret": self.secret,
             "status": self.status,
             "since": self.since,
+            "sdk_kid": self.sdk_kid,
         }
         fields.update(changes)
         return Key(**fields, _prepared=prepared)
@@ -149,7 +154,7 @@ class Key:
 
     def to_jwk(self) -> dict[str, Any]:
         """The key as a JWK, secret included: only for writing the keyset file."""
-        return {
+        jwk: dict[str, Any] = {
             "kty": "oct",
             "kid": self.kid,
             "alg": self.alg,
@@ -157,16 +162,22 @@ class Key:
             "status": self.status,
             "since": dict(self.since),
         }
+        if self.sdk_kid is not None:
+            jwk["sdk_kid"] = self.sdk_kid
+        return jwk
 
     def describe(self) -> dict[str, Any]:
         """Everything about the key except its secret (for listings and ``--json``)."""
-        return {
+        described: dict[str, Any] = {
             "kid": self.kid,
             "alg": self.alg,
             "format": self.format,
             "status": self.status,
             "since": dict(self.since),
         }
+        if self.sdk_kid is not None:
+            described["sdk_kid"] = self.sdk_kid
+        return described
 
     @classmethod
     def from_secret(
@@ -177,25 +188,40 @@ class Key:
         kid: str | None = None,
         status: str = "primary",
         now: int | None = None,
+        sdk_kid: str | None = None,
     ) -> Key:
-        """A key of ``alg`` for ``secret``; SDK keys take the id their secret implies."""
+        """A key of ``alg`` for ``secret``; SDK keys take the id their secret (or, for rmcp's
+        keyring, the ``sdk_kid`` its tokens carry) implies."""
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-        chosen = derived_kid(alg, secret) or kid
+        problem = _algorithms.sdk_kid_problem(alg, sdk_kid)
+        if problem is not None:
+            raise ValueError(problem)
+        chosen = derived_kid(alg, secret, sdk_kid) or kid
         if chosen is None:
             raise ValueError(f"a {alg} key needs a key id")
         at = int(time.time()) if now is None else now
-        return cls(kid=chosen, alg=alg, secret=secret, status=status, since={status: at})
+        return cls(
+            kid=chosen, alg=alg, secret=secret, status=status, since={status: at}, sdk_kid=sdk_kid
+        )
 
     @classmethod
     def generate(
-        cls, alg: str, *, kid: str, status: str = "primary", now: int | None = None
+        cls,
+        alg: str,
+        *,
+        kid: str,
+        status: str = "primary",
+        now: int | None = None,
+        sdk_kid: str | None = None,
     ) -> Key:
         """A key of ``alg`` with a fresh random secret."""
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
         size = ALGORITHMS[alg].exact or _algorithms.SDK_SECRET_BYTES[0]
-        return cls.from_secret(alg, os.urandom(size), kid=kid, status=status, now=now)
+        return cls.from_secret(
+            alg, os.urandom(size), kid=kid, status=status, now=now, sdk_kid=sdk_kid
+        )
 
 
 class _Table:
@@ -235,7 +261,10 @@ class _Table:
                 f"{len(key.secret)}; "
                 "generate a new key with: mrtr-state keys add --alg " + key.alg
             )
-        implied = derived_kid(key.alg, key.secret)
+        problem = _algorithms.sdk_kid_problem(key.alg, key.sdk_kid)
+        if problem is not None:
+            raise KeysetInvalid(f"{where}: {problem}")
+        implied = derived_kid(key.alg, key.secret, key.sdk_kid)
         if implied is not None and implied != key.kid:
             raise KeysetInvalid(
                 f"{where}: the id of a {key.alg} key is derived from its secret ({implied}); "
@@ -463,7 +492,12 @@ class Keyset:
         return _fresh_kid(self._current().by_kid.keys())
 
     def with_new_key(
-        self, alg: str, *, secret: bytes | None = None, now: int | None = None
+        self,
+        alg: str,
+        *,
+        secret: bytes | None = None,
+        now: int | None = None,
+        sdk_kid: str | None = None,
     ) -> tuple[Keyset, Key]:
         """This keyset plus a key of ``alg`` (fresh, or for ``secret``): primary if ``alg`` has
         none, else pending.
@@ -473,16 +507,21 @@ class Keyset:
         """
         table = self._current()
         status = "pending" if alg in table.primary else "primary"
-        twin = next((k for k in table.keys if k.alg == alg and k.secret == secret), None)
+        twin = next(
+            (k for k in table.keys if k.alg == alg and k.secret == secret and k.sdk_kid == sdk_kid),
+            None,
+        )
         if secret is not None and twin is not None:
             raise ValueError(
                 f"this secret is already in {self.source} as {twin.status} key {twin.kid}; "
                 "nothing was added"
             )
         if secret is None:
-            key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now)
+            key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now, sdk_kid=sdk_kid)
         else:
-            key = Key.from_secret(alg, secret, kid=self.fresh_kid(), status=status, now=now)
+            key = Key.from_secret(
+                alg, secret, kid=self.fresh_kid(), status=status, now=now, sdk_kid=sdk_kid
+            )
         return self.with_keys([*table.keys, key]), key
 
     def with_keys(self, keys: Iterable[Key]) -> Keyset:
@@ -591,4 +630,9 @@ def _key_from_jwk(jwk: Any, source: str, index: int) -> Key:
         raise KeysetInvalid(
             f"{where} (kid {jwk['kid']!r}): since must map statuses to unix seconds"
         )
-    return Key(kid=jwk["kid"], alg=jwk["alg"], secret=secret, status=status, since=since)
+    sdk_kid = jwk.get("sdk_kid")
+    if sdk_kid is not None and not isinstance(sdk_kid, str):
+        raise KeysetInvalid(f"{where} (kid {jwk['kid']!r}): sdk_kid must be a string")
+    return Key(
+        kid=jwk["kid"], alg=jwk["alg"], secret=secret, status=status, since=since, sdk_kid=sdk_kid
+    )

@@ -24,7 +24,12 @@ from typing import Any
 from .durations import format_duration as ago
 from .errors import KeysetInvalid
 from .keyset import ALGORITHMS, Key, Keyset
-from .policy import DEFAULT_POLICY, DEFAULT_PROPAGATION, DEFAULT_ROTATE_EVERY, default_retention
+from .policy import (
+    DEFAULT_PROPAGATION,
+    DEFAULT_ROTATE_EVERY,
+    DEFAULT_TTL_CAP,
+    default_retention,
+)
 
 __all__ = [
     "DEFAULT_PROPAGATION",
@@ -177,7 +182,7 @@ def rotate(
     propagation: int,
     retention: int,
     every: int = DEFAULT_ROTATE_EVERY,
-    ttl_cap: int = DEFAULT_POLICY.ttl_cap,
+    ttl_cap: int = DEFAULT_TTL_CAP,
 ) -> tuple[Keyset, list[Change]]:
     """One safe rotation step for each algorithm (all algorithms in use unless ``algs``).
 

@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "DEFAULT_PROPAGATION",
     "DEFAULT_ROTATE_EVERY",
+    "DEFAULT_TTL_CAP",
     "Policy",
     "default_retention",
 ]
@@ -23,6 +24,10 @@ class Policy:
     ``ttl`` is the default lifetime of a minted token and ``ttl_cap`` the longest one allowed:
     minting refuses more, and verifying refuses a token whose ``exp - iat`` exceeds it, so a
     leaked key cannot be used to mint long-lived state that newer policy would not have issued.
+    ``ttl_cap=None`` lifts the cap, for a verifier that must accept tokens its issuer mints
+    with long or no lifetimes (the Rust SDK's tokens may never expire); minting keeps ``ttl``.
+    ``lifetime_cap`` is the cap as a number (infinite when lifted), what the checks compare.
+
     ``skew`` is how far in the future an ``iat`` may lie (clocks of replicas differ); ``exp`` gets
     no tolerance. ``max_size`` bounds every token before any decoding.
 
@@ -30,31 +35,36 @@ class Policy:
     dataclass machinery would cost more than the command's own work.
     """
 
-    __slots__ = ("max_size", "skew", "ttl", "ttl_cap")
+    __slots__ = ("lifetime_cap", "max_size", "skew", "ttl", "ttl_cap")
 
     ttl: int
-    ttl_cap: int
+    ttl_cap: int | None
+    lifetime_cap: float
     skew: int
     max_size: int
 
     def __init__(
-        self, ttl: int = 300, ttl_cap: int = 3600, skew: int = 60, max_size: int = 8192
+        self, ttl: int = 300, ttl_cap: int | None = 3600, skew: int = 60, max_size: int = 8192
     ) -> None:
-        for name, value in (
+        checked: tuple[tuple[str, Any], ...] = (
             ("ttl", ttl),
-            ("ttl_cap", ttl_cap),
             ("skew", skew),
             ("max_size", max_size),
-        ):
+        )
+        if ttl_cap is not None:
+            checked += (("ttl_cap", ttl_cap),)
+        object.__setattr__(self, "ttl_cap", None)
+        object.__setattr__(self, "lifetime_cap", float("inf") if ttl_cap is None else ttl_cap)
+        for name, value in checked:
             if type(value) is not int or value < 0 or (value == 0 and name != "skew"):
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}")
             object.__setattr__(self, name, value)
-        if ttl > ttl_cap:
+        if ttl_cap is not None and ttl > ttl_cap:
             raise ValueError(f"ttl {ttl} s exceeds the ttl cap {ttl_cap} s")
         if max_size < 64:
             raise ValueError(f"max_size {max_size} is too small for any token")
 
-    def _values(self) -> tuple[int, int, int, int]:
+    def _values(self) -> tuple[int, int | None, int, int]:
         return (self.ttl, self.ttl_cap, self.skew, self.max_size)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -73,6 +83,8 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+#: The default lifetime cap, in seconds.
+DEFAULT_TTL_CAP = 3600
 
 #: How long a new key stays pending before rotation promotes it (see mrtr_state.lifecycle).
 DEFAULT_PROPAGATION = 3600
@@ -80,8 +92,6 @@ DEFAULT_PROPAGATION = 3600
 DEFAULT_ROTATE_EVERY = 30 * 86400
 
 
-def default_retention(
-    ttl_cap: int = DEFAULT_POLICY.ttl_cap, skew: int = DEFAULT_POLICY.skew
-) -> int:
+def default_retention(ttl_cap: int = DEFAULT_TTL_CAP, skew: int = DEFAULT_POLICY.skew) -> int:
     """How long after it stops minting a key may still have unexpired tokens out there."""
     return ttl_cap + skew

@@ -17,13 +17,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._encoding import EncodingError, encode_parsed, json_loads
+from ._encoding import EncodingError, b64url_encode, encode_parsed, json_loads
 from ._entropy import random_bytes
 from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
-from .errors import InvalidToken, MalformedToken, OversizedToken, Replayed, WrongFormat
-from .formats import Anatomy, Format, format_of, get_format
+from .errors import (
+    BadSignature,
+    InvalidToken,
+    MalformedToken,
+    OversizedToken,
+    Replayed,
+    WrongFormat,
+)
+from .formats import Anatomy, Format, format_for_alg, format_of, get_format
 from .inspection import Inspection
 from .policy import DEFAULT_POLICY, Policy
 
@@ -84,9 +91,16 @@ def _text(token: str | bytes, policy: Policy) -> str:
 
 
 def _open(
-    keyset: Keyset, token: str | bytes, wanted: str | None, policy: Policy
+    keyset: Keyset,
+    token: str | bytes,
+    wanted: str | None,
+    policy: Policy,
+    binding: Binding | None = None,
 ) -> tuple[Format, Key, bytes, str]:
-    """Size cap, detection, the wire's ``open``: (format, key, plaintext, token text)."""
+    """Size cap, detection, the wire's ``open``: (format, key, plaintext, token text).
+
+    A wire whose tag covers associated data (rmcp's) is given the bind value's bytes. Where one
+    shape serves two formats, the key that opened the token names the format."""
     # The common case (an ASCII str within the cap) is checked inline; _text says why not.
     if type(token) is str and len(token) <= policy.max_size and token.isascii():
         text = token
@@ -95,9 +109,27 @@ def _open(
     fmt = format_of(text)
     if wanted is not None and wanted != fmt.name:
         get_format(wanted)  # a caller's typo is a ValueError, not a rejected token
-        raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
-    key, plaintext = fmt.open(keyset, text)
+        if wanted not in fmt.shares:
+            raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
+        fmt = get_format(wanted)
+    if fmt.associates:
+        key, plaintext = fmt.open(keyset, text, associated_data(binding))  # type: ignore[call-arg]
+    else:
+        key, plaintext = fmt.open(keyset, text)
+    if key.alg != fmt.alg:
+        fmt = format_for_alg(key.alg)
+        if wanted is not None and wanted != fmt.name:
+            raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
     return fmt, key, plaintext, text
+
+
+def associated_data(binding: Binding | None) -> bytes:
+    """The associated data an rmcp tag covers: the bind value's bytes (UTF-8 of text), or
+    none (rmcp's empty associated data) when no bind value was stated."""
+    bind = None if binding is None else binding.bind
+    if bind is None:
+        return b""
+    return bind.encode("utf-8") if isinstance(bind, str) else bind
 
 
 def _fit(token: str, policy: Policy, what: str) -> str:
@@ -124,16 +156,20 @@ def _mint(
     if binding.kinds & ~envelope.carries:
         raise refuse_to_mint(binding.kinds & ~envelope.carries, envelope.carries, format)
     lifetime = policy.ttl if ttl is None else ttl
-    if type(lifetime) is not int or not 0 < lifetime <= policy.ttl_cap:
+    if type(lifetime) is not int or not 0 < lifetime <= policy.lifetime_cap:
         raise ValueError(
-            f"ttl must be a whole number of seconds in 1..{policy.ttl_cap}, got {lifetime!r}"
+            f"ttl must be a whole number of seconds in 1..{policy.ttl_cap or 'any'}, "
+            f"got {lifetime!r}"
         )
     key = keyset.primary(fmt.alg)
     # every random byte this token needs, in one system call (see Envelope.fresh_bytes)
     fresh = random_bytes(envelope.fresh_bytes)
     moment = time.time() if now is None else now
     plaintext, claims = envelope.pack(state, binding, key, fmt, moment, lifetime, fresh)
-    token = fmt.seal(key, plaintext, fresh[16:28] or None)
+    if fmt.associates:
+        token = fmt.seal(key, plaintext, None, associated_data(binding))  # type: ignore[call-arg]
+    else:
+        token = fmt.seal(key, plaintext, fresh[16:28] or None)
     return _fit(token, policy, "this state"), key, fmt, claims
 
 
@@ -230,7 +266,7 @@ def _verified(
     once: ReplayStore | None,
     carried: list[str] | None,
 ) -> Claims:
-    fmt, key, plaintext, text = _open(keyset, token, format, policy)
+    fmt, key, plaintext, text = _open(keyset, token, format, policy, binding)
     moment = time.time() if now is None else now
     claims = fmt.envelope.accept(plaintext, key, fmt, binding, moment, policy, carried)
     if once is not None:
@@ -260,13 +296,18 @@ def verify_for_output(
     """:func:`verify`, and the verified state as one line of JSON text, for printing.
 
     The text is the state exactly as the token carries it when that is one line and the state
-    is the claims' last member (as mrtr-state writes it), else the state encoded again. A batch
+    is the claims' last member (as mrtr-state writes it), else the state encoded again; an
+    rmcp payload that is not JSON is given as base64url (not JSON: the caller says so). A batch
     (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state.
     """
     binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
     carried: list[str] = []
     claims = _verified(keyset, token, binding, format, now, policy, once, carried)
-    return claims, carried[0] if carried else encode_parsed(claims.state)
+    if carried:
+        return claims, carried[0]
+    if isinstance(claims.state, bytes):  # an rmcp payload that is not JSON
+        return claims, b64url_encode(claims.state)
+    return claims, encode_parsed(claims.state)
 
 
 def seal(
@@ -329,6 +370,9 @@ def inspect(
     fmt = format_of(text)
     anatomy = fmt.anatomy(text)
     envelope = fmt.envelope
+    notes = fmt.notes
+    if fmt.shares:
+        notes = (*notes, _shared_note(fmt, keyset))
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
@@ -336,12 +380,17 @@ def inspect(
             envelope=envelope.kind,
             state_member=envelope.state_member,
             claims=_readable_claims(anatomy),
-            notes=("no keyset: nothing was verified", *fmt.notes),
+            notes=("no keyset: nothing was verified", *notes),
         )
-    known = keyset.get(anatomy.kid)
+    known = keyset.get(anatomy.kid) if anatomy.kid else None
     try:
-        key, plaintext = fmt.open(keyset, text)
+        if fmt.associates:  # the tag covers a binding inspect is not given: checked with none
+            key, plaintext = fmt.open(keyset, text, b"")  # type: ignore[call-arg]
+        else:
+            key, plaintext = fmt.open(keyset, text)
     except InvalidToken as err:
+        if fmt.associates and isinstance(err, BadSignature):
+            notes = (*notes, _UNSTATED_ASSOCIATED)
         return Inspection(
             anatomy=anatomy,
             verified=False,
@@ -350,9 +399,15 @@ def inspect(
             key_status="unknown" if known is None else known.status,
             claims=_readable_claims(anatomy),
             problem=err,
-            notes=fmt.notes,
+            notes=notes,
         )
-    view = envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
+    if key.alg != fmt.alg:  # one shape, two formats: the key that opened it names this one
+        fmt = format_for_alg(key.alg)
+        anatomy = fmt.anatomy(text)
+        notes = (*fmt.notes, f"{fmt.name}: opened by its key {key.kid}")
+    if not anatomy.kid:  # a token that names no key: the one that opened it
+        anatomy.kid = key.kid
+    view = fmt.envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
     return Inspection(
         anatomy=anatomy,
         verified=view.problem is None,
@@ -362,8 +417,21 @@ def inspect(
         claims=view.claims,
         sealed_bytes=view.sealed_bytes,
         problem=view.problem,
-        notes=(*fmt.notes, *view.notes),
+        notes=(*notes, *view.notes),
     )
+
+
+_UNSTATED_ASSOCIATED = (
+    "the tag covers associated data (the server's binding), which inspect checks as empty: "
+    "a token minted with a bind value fails here; verify --bind checks it"
+)
+
+
+def _shared_note(fmt: Format, keyset: Keyset | None) -> str:
+    names = " or ".join((fmt.name, *fmt.shares))
+    if keyset is None:
+        return f"this shape is {names}; without a keyset it cannot tell which"
+    return f"this shape is {names}; the keyset's key that opens it tells which"
 
 
 def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:

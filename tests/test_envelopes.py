@@ -23,14 +23,23 @@ import mrtr_state as ms
 from mrtr_state import errors, tokens
 from mrtr_state.binding import binding_of
 from mrtr_state.claims import parse_claims
-from mrtr_state.envelopes import mcp_py, mcp_ts, own
+from mrtr_state.envelopes import mcp_php, mcp_py, mcp_rb, mcp_rs, mcp_ts, own
+from mrtr_state.envelopes.mcp_rb import ruby_arguments_digest
 from mrtr_state.formats import FORMAT_NAMES, get_format
-from mrtr_state.keyset import OWN_ALGORITHMS
+from mrtr_state.keyset import OWN_ALGORITHMS, Key
 
 from .conftest import NOW
 
 PACKAGE = Path(ms.__file__).resolve().parent
-KEYSET = ms.Keyset.generate((*OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1"), now=NOW - 3600)
+_GENERATED = ms.Keyset.generate(
+    (*OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1"),
+    now=NOW - 3600,
+)
+KEYSET = _GENERATED.with_keys(
+    [*_GENERATED, Key.generate("mcp-rs-v2", kid="", sdk_kid="ring-1", now=NOW - 3600)]
+)
+#: the state each format carries here (the Python and Ruby SDKs' is a string)
+STATES: dict[str, Any] = {"mcp-py": "the state", "mcp-rb": "the state"}
 
 
 # --- 1. accepted as minted, refused with the named reason otherwise -------------------------
@@ -60,11 +69,15 @@ def bindings(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _mintable(fmt: str, stated: dict[str, Any]) -> dict[str, Any]:
-    """What of ``stated`` a format can carry (mcp-py always binds a request)."""
-    if fmt == "mcp-ts":
+    """What of ``stated`` a format can carry (mcp-py and mcp-rb always bind a request)."""
+    if fmt in ("mcp-ts", "mcp-rs", "mcp-rs2"):
         return {name: value for name, value in stated.items() if name == "bind"}
+    if fmt == "mcp-php":
+        return {}
     kept = {name: value for name, value in stated.items() if name not in ("bind",)}
-    if fmt == "mcp-py" and "method" not in kept:
+    if fmt == "mcp-rb":
+        kept.pop("principal", None)
+    if fmt in ("mcp-py", "mcp-rb") and "method" not in kept:
         kept.pop("request_id", None)
         kept.update(method="tools/call", target="deploy", arguments=None)
     return kept
@@ -106,12 +119,32 @@ ORDER: dict[str, list[Check]] = {
         (lambda b: b.get("principal"), ms.PrincipalMismatch),
     ],
     "mcp-ts": [(lambda b: _bind(b.get("bind")), ms.RequestMismatch)],
+    "mcp-rb": [
+        (lambda b: "method" in b, ms.RequestMismatch),
+        (
+            lambda b: (
+                (b.get("method"), b.get("target"), ruby_arguments_digest(b.get("arguments")))
+                if "method" in b
+                else None
+            ),
+            ms.RequestMismatch,
+        ),
+        (lambda b: b.get("audience"), ms.AudienceMismatch),
+    ],
+    # the tag covers the bind value (checked by the wire, before anything else: see below)
+    "mcp-rs": [],
+    "mcp-php": [],
 }
 CARRIES = {
     "own": {"principal", "audience", "request_id", "method"},
     "mcp-py": {"principal", "audience", "method"},
     "mcp-ts": {"bind"},
+    "mcp-rb": {"audience", "method"},
+    "mcp-rs": {"bind"},
+    "mcp-php": set(),
 }
+#: the envelope each format carries
+ENVELOPE_OF = {"aead": "own", "jws": "own", "jwe": "own", "mcp-rs2": "mcp-rs"}
 #: A stated kind the format cannot carry, in the order refuse_uncarried names them (lowest bit).
 UNCARRIED: list[tuple[str, type[ms.InvalidToken]]] = [
     ("principal", ms.PrincipalMismatch),
@@ -123,7 +156,13 @@ UNCARRIED: list[tuple[str, type[ms.InvalidToken]]] = [
 
 
 def expected_refusal(fmt: str, minted: dict[str, Any], stated: dict[str, Any]) -> Any:
-    envelope = fmt if fmt.startswith("mcp-") else "own"
+    envelope = ENVELOPE_OF.get(fmt, fmt)
+    # rmcp's tag covers the bind value as associated data (none and empty alike): another one
+    # fails the tag, as a forgery would
+    if envelope == "mcp-rs" and (_bind(minted.get("bind")) or b"") != (
+        _bind(stated.get("bind")) or b""
+    ):
+        return ms.BadSignature
     for kind, error in UNCARRIED:
         if kind in stated and kind not in CARRIES[envelope]:
             return error
@@ -139,7 +178,7 @@ def test_a_token_is_accepted_as_minted_and_refused_by_name_under_any_other_bindi
     fmt: str, minted: dict[str, Any], stated: dict[str, Any]
 ) -> None:
     minted = _mintable(fmt, minted)
-    state = "the state" if fmt == "mcp-py" else {"step": 2}
+    state = STATES.get(fmt, {"step": 2})
     token = ms.mint(KEYSET, state, format=fmt, now=NOW, **minted)
     assert ms.verify(KEYSET, token, now=NOW, **minted).state == state
     expected = expected_refusal(fmt, minted, stated)
@@ -168,6 +207,9 @@ REFUSING = [
     "envelopes/own.py",
     "envelopes/mcp_py.py",
     "envelopes/mcp_ts.py",
+    "envelopes/mcp_rb.py",
+    "envelopes/mcp_rs.py",
+    "envelopes/mcp_php.py",
     "envelopes/__init__.py",
     "claims.py",
 ]
@@ -248,6 +290,18 @@ def _sdk(**members: Any) -> str:
 
 REQUEST = {"method": "tools/call", "target": "deploy"}
 TS = {"p": 1, "exp": NOW + 60}
+PHP = {"exp": NOW + 60, "data": {"step": 2}}
+
+
+def _rb(**members: Any) -> str:
+    body: dict[str, Any] = {"v": 1, "exp": NOW + 60, "m": "tools/call", "t": "deploy"}
+    body.update(a=ruby_arguments_digest(None), s="s")
+    body.update(members)
+    return json.dumps({k: v for k, v in body.items() if v is not ...}, separators=(",", ":"))
+
+
+def _rs(expiry_ms: int, payload: bytes = b"{}") -> bytes:
+    return expiry_ms.to_bytes(8, "big", signed=True) + payload
 
 
 def _verify(fmt: str, plaintext: bytes | str, **stated: Any) -> Callable[[], object]:
@@ -358,6 +412,46 @@ CASES: list[Callable[[], object]] = [
             NOW,
             ms.DEFAULT_POLICY,
         )
+    ),  # the fail-closed fallback: a body accept's test would pass
+    # mcp-rb
+    _verify("mcp-rb", b"{bad", **REQUEST),
+    _verify("mcp-rb", _rb(x=1), **REQUEST),
+    _verify("mcp-rb", _rb(v=2), **REQUEST),
+    _verify("mcp-rb", _rb(exp=NOW + 60.0), **REQUEST),
+    _verify("mcp-rb", _rb(s=...), **REQUEST),
+    _verify("mcp-rb", _rb(exp=NOW - 60), **REQUEST),
+    _verify("mcp-rb", _rb(exp=NOW + 10**6), **REQUEST),
+    _minted("mcp-rb", "s", **REQUEST, stated={}),
+    _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "method": "prompts/get"}),
+    _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "target": "other"}),
+    _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "arguments": {"x": 1.0}}),
+    _minted("mcp-rb", "s", **REQUEST, audience="fleet", stated=REQUEST),
+    _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "principal": "alice"}),
+    _raise(
+        lambda: mcp_rb._refusal(_rb().encode(), binding_of(**REQUEST), NOW, ms.DEFAULT_POLICY)
+    ),  # the fail-closed fallback: an envelope accept's test would pass
+    # mcp-rs (the tag over the bind value is the wire's: see test_sdk_vectors)
+    _verify("mcp-rs", b"short"),
+    _problem("mcp-rs2", b"short"),
+    _verify("mcp-rs", _rs(0)),
+    _verify("mcp-rs2", _rs((NOW - 60) * 1000)),
+    _verify("mcp-rs", _rs((NOW + 10**6) * 1000)),
+    _minted("mcp-rs", stated={"principal": "alice"}),
+    _raise(
+        lambda: mcp_rs._refusal(
+            _rs((NOW + 60) * 1000), binding_of(), NOW, ms.DEFAULT_POLICY, "mcp-rs"
+        )
+    ),  # the fail-closed fallback: a body accept's test would pass
+    # mcp-php
+    _verify("mcp-php", b"{bad"),
+    _verify("mcp-php", json.dumps({**PHP, "x": 1})),
+    _verify("mcp-php", json.dumps({**PHP, "exp": str(NOW + 60)})),
+    _verify("mcp-php", json.dumps({**PHP, "data": "s"})),
+    _verify("mcp-php", json.dumps({**PHP, "exp": NOW - 60})),
+    _verify("mcp-php", json.dumps({**PHP, "exp": NOW + 10**6})),
+    _minted("mcp-php", {"k": 1}, stated={"audience": "fleet"}),
+    _raise(
+        lambda: mcp_php._refusal(json.dumps(PHP).encode(), binding_of(), NOW, ms.DEFAULT_POLICY)
     ),  # the fail-closed fallback: a body accept's test would pass
     lambda: ms.unseal(KEYSET, ms.mint(KEYSET, 1, format="mcp-ts")),
     lambda: tokens.open_envelope(

@@ -243,6 +243,24 @@ def _to_seconds(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(err), param=param) from None
 
 
+def _to_cap(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
+    """Option callback: a duration, or ``none`` (no cap)."""
+    if value is not None and value.strip().lower() == "none":
+        return "none"
+    return _to_seconds(ctx, param, value)
+
+
+def ttl_cap_option(func: F) -> F:
+    """``--ttl-cap DURATION|none``: the longest lifetime a verifier accepts, for this run."""
+    return click.option(
+        "--ttl-cap",
+        metavar="DURATION|none",
+        callback=_to_cap,
+        help="Refuse tokens that live longer than this; none accepts any lifetime, and tokens "
+        "that never expire (rmcp's expiry 0) [config 'ttl_cap'; default 1h].",
+    )(func)
+
+
 def duration_option(name: str, help: str) -> Callable[[F], F]:
     """An option whose value is a duration, handed to the command in whole seconds."""
 

@@ -13,7 +13,7 @@ import click
 from ..audit import FINDING_KINDS, audit_capture
 from ..errors import KeysetNotFound
 from ..keyset import Keyset
-from ._common import App, emit_json, json_option, pass_app
+from ._common import App, emit_json, json_option, pass_app, ttl_cap_option
 
 _PROGRESS_FROM_BYTES = 1 << 20
 #: The longest capture line read; a longer one is skipped as it arrives (and is a finding).
@@ -40,13 +40,19 @@ def _lines(handle: BinaryIO, size: int, progress: bool) -> Iterator[str]:
 @click.command("audit")
 @click.option("--audience", "-a", metavar="A", help="Audience the tokens must carry.")
 @click.option("--principal", "-p", metavar="P", help="Principal the tokens must be bound to.")
+@ttl_cap_option
 @json_option
 @click.argument(
     "capture", type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True)
 )
 @pass_app
 def audit_cmd(
-    app: App, audience: str | None, principal: str | None, as_json: bool, capture: str
+    app: App,
+    audience: str | None,
+    principal: str | None,
+    ttl_cap: int | str | None,
+    as_json: bool,
+    capture: str,
 ) -> None:
     """Audit a captured MCP session (JSON Lines, or - for stdin); exit 1 on any finding.
 
@@ -62,7 +68,7 @@ def audit_cmd(
       mrtr-state audit --audience fleet capture.jsonl
       mrtr-state audit --json - < capture.jsonl | jq .findings_by_kind
     """
-    settings = app.settings(audience=audience)
+    settings = app.settings(audience=audience, ttl_cap=ttl_cap)
     keyset: Keyset | None
     try:
         keyset = app.keyset(settings)

@@ -206,6 +206,13 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
 @_encoding_option(
     "How the secret is written: raw bytes, base64 (standard or url-safe) or hex text."
 )
+@click.option(
+    "--kid",
+    "sdk_kid",
+    metavar="KID",
+    help="mcp-rs-v2 only: the key id rmcp's keyring gives this key (1-255 bytes of UTF-8), "
+    "which its tokens carry.",
+)
 @click.option("--primary", is_flag=True, help="Make it the primary at once.")
 @json_option
 @pass_app
@@ -215,6 +222,7 @@ def keys_import(
     secret_file: str | None,
     secret_env: str | None,
     encoding: str,
+    sdk_kid: str | None,
     primary: bool,
     as_json: bool,
 ) -> None:
@@ -230,11 +238,17 @@ def keys_import(
       vault kv get -field=key secret/mcp | mrtr-state keys import --alg HS256 --secret-file -
       mrtr-state keys import --alg mcp-py-v1 --secret-env MCP_REQUEST_STATE_KEY
       mrtr-state keys import --alg A256GCM --encoding base64 --secret-file key.b64
+      mrtr-state keys import --alg mcp-rs-v2 --kid 2026-12 --secret-env RMCP_STATE_KEY
     """
     settings = app.settings()
     path = app.writable_path(settings)
     if (secret_file is None) == (secret_env is None):
         raise click.UsageError("give exactly one of --secret-file or --secret-env")
+    from ..algorithms import sdk_kid_problem
+
+    problem = sdk_kid_problem(alg, sdk_kid)
+    if problem is not None:
+        raise click.UsageError(problem)
     limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
     if secret_file is not None:
         secret = keyfile.read_secret(secret_file, sys.stdin.buffer, limit)
@@ -251,7 +265,7 @@ def keys_import(
 
     def add(current: Keyset) -> Keyset:
         now = _now()
-        changed, key = current.with_new_key(alg, secret=secret, now=now)
+        changed, key = current.with_new_key(alg, secret=secret, now=now, sdk_kid=sdk_kid)
         if primary and key.status != "primary":
             changed, _changes = life.promote(changed, key.kid, now=now)
         imported.append(changed.get(key.kid) or key)
@@ -262,7 +276,8 @@ def keys_import(
     if as_json:
         emit_json({"keyset": str(path), **key.describe()})
     else:
-        click.echo(f"imported {key.alg} key {key.kid} as {key.status} into {path}")
+        named = "" if key.sdk_kid is None else f" (rmcp key id {key.sdk_kid!r})"
+        click.echo(f"imported {key.alg} key {key.kid}{named} as {key.status} into {path}")
 
 
 def _env_secret(name: str) -> bytes:
@@ -545,6 +560,12 @@ def rotate(
     """
     settings = app.settings()
     path = app.writable_path(settings)
+    if settings.policy.ttl_cap is None:
+        raise KeysetError(
+            f"ttl_cap is none (set by {settings.source_of('ttl_cap')}): rotation needs a "
+            "finite cap to know when no token of a retired key can still be valid"
+        )
+    ttl_cap = settings.policy.ttl_cap
     wait = settings.propagation if propagation is None else propagation
     keep = settings.retention if retention is None else retention
     period = settings.rotate_every if every is None else every
@@ -555,7 +576,7 @@ def rotate(
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     try:
-        life.check_retention(keep, settings.policy.ttl_cap)
+        life.check_retention(keep, ttl_cap)
     except ValueError as err:
         raise KeysetError(str(err)) from None
     created: list[life.Change] = []
@@ -573,7 +594,7 @@ def rotate(
             propagation=wait,
             retention=keep,
             every=period,
-            ttl_cap=settings.policy.ttl_cap,
+            ttl_cap=ttl_cap,
         ),
         dry_run=dry_run,
         as_json=as_json,

@@ -32,6 +32,7 @@ from ._common import (
     request_binding,
     single_token,
     token_source,
+    ttl_cap_option,
 )
 from ._stdin import read_lines
 
@@ -79,10 +80,10 @@ def mint(
           --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
     """
     settings = app.settings(format=fmt, audience=audience)
-    cap = settings.policy.ttl_cap
+    cap = settings.policy.lifetime_cap
     if ttl is not None and not 0 < ttl <= cap:
         raise click.UsageError(
-            f"--ttl {format_duration(ttl)} is over the ttl_cap of {format_duration(cap)} "
+            f"--ttl {format_duration(ttl)} is over the ttl_cap of {format_duration(int(cap))} "
             f"(set by {settings.source_of('ttl_cap')}). Raise ttl_cap there only if every "
             "verifier raises it too: they refuse tokens that live longer than their own cap"
             if ttl > 0
@@ -142,6 +143,7 @@ class _Unusable(MrtrStateError):
     help="Each stdin line is a JSON object: the token and its own bindings (principal, "
     "audience, request_id or method/target/arguments, bind); options given here are defaults.",
 )
+@ttl_cap_option
 @json_option
 @click.argument("token", required=False)
 @pass_app
@@ -159,6 +161,7 @@ def verify_cmd(
     once: bool,
     replay_store: str | None,
     jsonl: bool,
+    ttl_cap: int | str | None,
     as_json: bool,
     token: str | None,
 ) -> None:
@@ -188,7 +191,7 @@ def verify_cmd(
     source = token_source(token)
     if jsonl and source != "-":
         raise click.UsageError("--jsonl reads its lines from stdin: give - (or pipe them in)")
-    settings = app.settings(audience=audience, replay_store=replay_store)
+    settings = app.settings(audience=audience, replay_store=replay_store, ttl_cap=ttl_cap)
     if once and source != "-" and settings.replay_store == "memory:":
         raise click.UsageError(
             "--once with the memory: store protects nothing across runs: give --replay-store "
@@ -243,6 +246,8 @@ def verify_cmd(
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
+        if isinstance(claims.state, bytes):
+            click.echo("note: the payload is not JSON; printed as base64url", err=True)
         click.echo(terminal_json(shown))
 
 
@@ -369,10 +374,11 @@ def _verify_lines(
 
 
 @click.command("inspect")
+@ttl_cap_option
 @json_option
 @click.argument("token", required=False)
 @pass_app
-def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
+def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str | None) -> None:
     """Show what TOKEN (or stdin) is made of, verified only if a keyset can verify it.
 
     Works without a key: format, key id, and for readable formats the claims, all marked NOT
@@ -386,8 +392,9 @@ def inspect_cmd(app: App, as_json: bool, token: str | None) -> None:
     Examples:
       mrtr-state inspect "$TOKEN"
       mrtr-state inspect --json - < tokens.txt | jq .verified
+      mrtr-state inspect --ttl-cap none "$RMCP_TOKEN"
     """
-    settings = app.settings()
+    settings = app.settings(ttl_cap=ttl_cap)
     source = token_source(token)
     limit = settings.policy.max_size + 256
     try:

@@ -171,7 +171,7 @@ class RequestStateOnly:
         raise NotImplementedError
 
     def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
-        notes = (f"the SDK's bindings ({self.binds}) were not checked",)
+        notes = (f"the SDK's bindings ({self.binds}) were not checked",) if self.binds else ()
         try:
             document = self.document(plaintext)
         except InvalidToken as err:

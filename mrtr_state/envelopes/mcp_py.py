@@ -199,7 +199,7 @@ class McpPyEnvelope(RequestStateOnly):
             and _isfinite(exp)
             and iat <= now + FUTURE_SKEW
             and now < exp
-            and exp - iat <= policy.ttl_cap
+            and exp - iat <= policy.lifetime_cap
             and (
                 binding is UNCHECKED
                 or (
@@ -248,8 +248,8 @@ def _refusal(plaintext: bytes, binding: Binding, now: float, policy: Policy) -> 
         return NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
     if not (_number(exp) and now < exp):
         return ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
-    if not exp - iat <= policy.ttl_cap:
-        return InvalidClaims(over_cap(exp - iat, policy.ttl_cap))
+    if not exp - iat <= policy.lifetime_cap:
+        return InvalidClaims(over_cap(exp - iat, policy.lifetime_cap))
     if binding is UNCHECKED:
         pass  # inspect's view: bindings are not examined
     elif binding.kinds & ~_CARRIES:

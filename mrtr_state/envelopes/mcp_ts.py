@@ -131,7 +131,7 @@ class McpTsEnvelope(RequestStateOnly):
             and (type(exp) is int or type(exp) is float)
             and _isfinite(exp)
             and now < exp
-            and exp - now <= policy.ttl_cap
+            and exp - now <= policy.lifetime_cap
             and (
                 binding is UNCHECKED
                 or (
@@ -169,8 +169,8 @@ def _refusal(
     finite = (type(exp) is int or type(exp) is float) and _isfinite(exp)
     if not (finite and now < exp):
         return ExpiredToken(f"expired {int(now - exp) if finite else '?'} s ago")
-    if not exp - now <= policy.ttl_cap:
-        return InvalidClaims(over_cap(exp - now, policy.ttl_cap))
+    if not exp - now <= policy.lifetime_cap:
+        return InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
     tag, bind = document.get("b"), binding.bind
     if binding is UNCHECKED:
         pass  # inspect's view: bindings are not examined

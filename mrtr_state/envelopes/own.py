@@ -159,7 +159,7 @@ class OwnEnvelope:
             and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
             and iat >= 0
             and exp < MAX_TIME
-            and 0 < exp - iat <= policy.ttl_cap
+            and 0 < exp - iat <= policy.lifetime_cap
             and iat <= now + policy.skew
             and now < exp
             and (
@@ -290,10 +290,10 @@ def _refusal(
     lifetime = exp - iat
     if not lifetime > 0:
         return InvalidClaims(f"token lifetime {lifetime} s is not positive (exp <= iat)")
-    if not lifetime <= policy.ttl_cap:
+    if not lifetime <= policy.lifetime_cap:
         return InvalidClaims(
             f"token lifetime {lifetime} s exceeds this verifier's ttl_cap of "
-            f"{policy.ttl_cap} s: it was minted under a higher cap; raise ttl_cap on the "
+            f"{policy.lifetime_cap} s: it was minted under a higher cap; raise ttl_cap on the "
             "verifier too, or mint shorter tokens"
         )
     if not iat <= now + policy.skew:

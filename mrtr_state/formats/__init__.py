@@ -32,6 +32,7 @@ __all__ = [
     "Format",
     "Wire",
     "detect_format",
+    "format_for_alg",
     "format_of",
     "get_format",
 ]
@@ -40,9 +41,11 @@ __all__ = [
 class Anatomy:
     """What can be read from a token without its key.
 
-    ``segments`` split the token text itself, in order, into labelled pieces that join back to
-    the token (for colouring). ``fields`` are decoded facts (key id, nonce, sizes). ``readable``
-    holds the payload bytes when the format does not encrypt them.
+    ``kid`` is the keyset's id of the key the token names: derived from what it carries, or,
+    for a token that names none, set by ``inspect`` to the key that opened it (empty until
+    then). ``segments`` split the token text itself, in order, into labelled pieces that join
+    back to the token (for colouring). ``fields`` are decoded facts (key id, nonce, sizes).
+    ``readable`` holds the payload bytes when the format does not encrypt them.
 
     A plain record (no dataclass machinery, which would cost every command's start-up).
     """
@@ -78,6 +81,9 @@ class Wire(Protocol):
     name: str
     alg: str
     confidential: bool
+    #: whether the tag also covers associated data the verifier states (rmcp's wires): then
+    #: ``seal`` and ``open`` take it as a further argument, the bind value's bytes
+    associates: bool
 
     def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
         """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`).
@@ -90,7 +96,8 @@ class Wire(Protocol):
 
     def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
         """Authenticate (and decrypt) ``token``; return the key it named and the plaintext, or
-        the specific refusal."""
+        the specific refusal. The key's algorithm names the format the token turned out to
+        be, where one shape serves two (a ``v1.`` blob of the Python or the Ruby SDK)."""
         ...
 
     def anatomy(self, token: str) -> Anatomy:
@@ -106,21 +113,34 @@ class Format:
     __slots__ = (
         "alg",
         "anatomy",
+        "associates",
         "confidential",
         "envelope",
         "name",
         "notes",
         "open",
         "seal",
+        "shares",
         "wire",
     )
 
-    def __init__(self, name: str, wire: Wire, envelope: Envelope, notes: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        name: str,
+        wire: Wire,
+        envelope: Envelope,
+        notes: tuple[str, ...],
+        shares: tuple[str, ...] = (),
+    ) -> None:
         self.name = name
         self.wire = wire
         self.envelope = envelope
         self.alg = wire.alg
         self.confidential = wire.confidential
+        self.associates = wire.associates
+        #: the formats whose tokens have this one's shape (detection cannot tell them apart;
+        #: the key that opens a token does)
+        self.shares = shares
         self.seal = wire.seal
         self.open = wire.open
         self.anatomy = wire.anatomy
@@ -135,10 +155,11 @@ class _Row:
 
     ``prefix``: the text before a token's first dot, for prefixed formats; ``dots``: how many
     dots follow it (None: any), or for unprefixed formats how many the token has, with
-    ``start`` its opening characters.
+    ``start`` its opening characters. ``shares``: the format detection names for this shape,
+    when another has it too (then the keyset tells them apart: see :data:`_TABLE`).
     """
 
-    __slots__ = ("dots", "envelope", "name", "notes", "own", "prefix", "start", "wire")
+    __slots__ = ("dots", "envelope", "name", "notes", "own", "prefix", "shares", "start", "wire")
 
     def __init__(
         self,
@@ -151,29 +172,31 @@ class _Row:
         dots: int | None = None,
         own: bool = False,
         notes: tuple[str, ...] = (),
+        shares: str = "",
     ) -> None:
         self.name, self.wire, self.envelope = name, wire, envelope
         self.prefix, self.start, self.dots = prefix, start, dots
-        self.own, self.notes = own, notes
+        self.own, self.notes, self.shares = own, notes, shares
 
 
 _READABLE_CLAIMS = (
     "the payload is readable by anyone holding the token; its sub is a salted keyed tag of the "
     "principal, never the principal itself"
 )
+_SIGNED_ONLY = ("signed, not encrypted: the client can read the payload",)
+# A ``v1.`` token without a further dot is the Python SDK's or the Ruby SDK's: detection names
+# mcp-py, whose wire routes by the 4-byte key id and, when no mcp-py key has it, tries the
+# keyset's mcp-rb keys (there are few); the key that opens the token names its format.
 _TABLE = (
     _Row("aead", "aead", "own", prefix="ms1", own=True),
     _Row("jws", "jws", "own", start="eyJ", dots=2, own=True, notes=(_READABLE_CLAIMS,)),
     _Row("jwe", "jwe", "own", dots=4, own=True),
     _Row("mcp-py", "mcp_py", "mcp_py", prefix="v1", dots=0),
-    _Row(
-        "mcp-ts",
-        "mcp_ts",
-        "mcp_ts",
-        prefix="v1",
-        dots=1,
-        notes=("signed, not encrypted: the client can read the payload",),
-    ),
+    _Row("mcp-ts", "mcp_ts", "mcp_ts", prefix="v1", dots=1, notes=_SIGNED_ONLY),
+    _Row("mcp-rb", "mcp_rb", "mcp_rb", prefix="v1", dots=0, shares="mcp-py"),
+    _Row("mcp-rs", "mcp_rs", "mcp_rs", prefix="rs1", notes=_SIGNED_ONLY),
+    _Row("mcp-rs2", "mcp_rs2", "mcp_rs", prefix="rs2", notes=_SIGNED_ONLY),
+    _Row("mcp-php", "mcp_php", "mcp_php", start="eyJ", dots=1, notes=_SIGNED_ONLY),
 )
 _ROWS = {row.name: row for row in _TABLE}
 FORMAT_NAMES = tuple(_ROWS)
@@ -182,9 +205,15 @@ OWN_FORMAT_NAMES = tuple(row.name for row in _TABLE if row.own)
 # detection: prefix -> {dots after it (None: any): name}; unprefixed: {dots: (start, name)}
 _PREFIXED: dict[str, dict[int | None, str]] = {}
 for _row in _TABLE:
-    if _row.prefix:
+    if _row.prefix and not _row.shares:
         _PREFIXED.setdefault(_row.prefix, {})[_row.dots] = _row.name
 _UNPREFIXED = {row.dots: (row.start, row.name) for row in _TABLE if not row.prefix}
+# detected name -> the formats that share its shape
+_SHARED: dict[str, tuple[str, ...]] = {}
+for _row in _TABLE:
+    if _row.shares:
+        _SHARED[_row.shares] = (*_SHARED.get(_row.shares, ()), _row.name)
+        _SHARED[_row.name] = (_row.shares,)
 _LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
 _loaded: dict[str, Format] = {}
 
@@ -200,8 +229,15 @@ def get_format(name: str) -> Format:
         raise ValueError(f"unknown format {name!r}; known: {', '.join(FORMAT_NAMES)}")
     wire: Wire = importlib.import_module(f"{__name__}.{row.wire}").WIRE
     envelope: Envelope = importlib.import_module(f"..envelopes.{row.envelope}", __name__).ENVELOPE
-    fmt = _loaded[name] = Format(name, wire, envelope, row.notes)
+    fmt = _loaded[name] = Format(name, wire, envelope, row.notes, _SHARED.get(name, ()))
     return fmt
+
+
+def format_for_alg(alg: str) -> Format:
+    """The format a key of algorithm ``alg`` serves."""
+    from ..algorithms import ALGORITHMS
+
+    return get_format(ALGORITHMS[alg].format)
 
 
 def _dots_after(token: str, at: int) -> int:

@@ -27,6 +27,7 @@ class GcmBlobWire:
     """One AES-GCM blob wire; see the module docstring."""
 
     confidential = True
+    associates = False
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class GcmBlobWire:
         prefix: str,
         cipher: Callable[[bytes], AESGCM],
         key_note: str = "",
+        shared_with: str = "",
     ) -> None:
         self.name = name
         self.alg = alg
@@ -45,6 +47,9 @@ class GcmBlobWire:
         self._routes_name = f"{name}-routes"
         self._build_routes = self._routes  # one bound method, not one per verification
         self._sealer_name = f"{name}-sealer"
+        # the module of another format whose tokens have this shape but carry no key id (the
+        # Ruby SDK's): tried when no key of ours has the token's id
+        self._shared_with = shared_with
 
     def _sealer(self, key: Key) -> tuple[bytes, AESGCM, bytes]:
         """(key id, cipher, associated data) of ``key``, built once per key."""
@@ -95,6 +100,8 @@ class GcmBlobWire:
             raw = self._split(token)  # names what is wrong with the body
         route = keyset.derived(self._routes_name, self._build_routes).get(raw[:4])
         if route is None:  # unknown, retired or another algorithm's: the precise refusal
+            if self._shared_with:
+                return self._open_shared(keyset, token, raw[:4].hex())
             keyset.verifying_key(raw[:4].hex(), self.alg)
             raise AssertionError("unreachable: verifying_key refuses what has no route")
         key, cipher, associated = route
@@ -102,6 +109,20 @@ class GcmBlobWire:
             return key, cipher.decrypt(raw[4:_HEADER], raw[_HEADER:], associated)
         except InvalidTag:
             raise BadSignature(TAG_MISMATCH) from None
+
+    def _open_shared(self, keyset: Keyset, token: str, kid: str) -> tuple[Key, bytes]:
+        """No key of ours has the id ``kid``: the token may be the other format's (its first
+        four bytes then are a random IV), if the keyset holds keys of it; else the refusal."""
+        import importlib
+
+        other = importlib.import_module(f"{__package__}.{self._shared_with}").WIRE
+        if not other.has_keys(keyset):
+            keyset.verifying_key(kid, self.alg)
+            raise AssertionError("unreachable: verifying_key refuses what has no route")
+        try:
+            return other.open(keyset, token)  # type: ignore[no-any-return]
+        except BadSignature as err:
+            raise BadSignature(f"no {self.name} key has key id {kid}, and {err}") from None
 
     def anatomy(self, token: str) -> Anatomy:
         raw = self._split(token)

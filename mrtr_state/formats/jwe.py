@@ -56,6 +56,7 @@ class JweWire:
     name = "jwe"
     alg = "dir+A256GCM"
     confidential = True
+    associates = False
 
     def __init__(self) -> None:
         self._build_routes = self._routes  # one bound method, not one per verification

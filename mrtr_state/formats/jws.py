@@ -29,6 +29,7 @@ class JwsWire:
     name = "jws"
     alg = "HS256"
     confidential = False
+    associates = False
 
     def __init__(self) -> None:
         self._build_routes = self._routes  # one bound method, not one per verification

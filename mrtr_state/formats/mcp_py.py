@@ -22,5 +22,10 @@ def _cipher(secret: bytes) -> AESGCM:
 
 
 WIRE = GcmBlobWire(
-    "mcp-py", "mcp-py-v1", PREFIX, _cipher, key_note=" (derived from the SDK secret)"
+    "mcp-py",
+    "mcp-py-v1",
+    PREFIX,
+    _cipher,
+    key_note=" (derived from the SDK secret)",
+    shared_with="mcp_rb",
 )

@@ -27,6 +27,7 @@ class McpTsWire:
     name = "mcp-ts"
     alg = "mcp-ts-v1"
     confidential = False
+    associates = False
 
     def __init__(self) -> None:
         self._build_candidates = self._candidates  # one bound method, not one per verification

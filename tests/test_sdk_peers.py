@@ -1,0 +1,246 @@
+"""mcp-rb and mcp-php against Ruby and PHP themselves, and every SDK format round-tripped.
+
+The published vectors (test_sdk_vectors) hold what each SDK made; here random values meet the
+languages' own JSON, digest, AES-GCM and HMAC implementations (Ruby 3.1 and PHP 8.2 from
+Debian, as the vectors were made), through small peers in ``tests/peers``: Ruby's spelling of
+the canonical arguments JSON must equal ours for nested, unicode, float and big-integer
+arguments, Ruby must open what we seal, and PHP must verify what we sign.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mrtr_state as ms
+from mrtr_state.envelopes.mcp_rb import canonical_json, ruby_arguments_digest
+from mrtr_state.keyset import Key
+
+from .conftest import NOW
+
+PEERS = Path(__file__).resolve().parent / "peers"
+RB_SECRET = bytes(range(32))
+PHP_SECRET = b"php-" * 10
+KEYSET = ms.Keyset(
+    [
+        Key.from_secret("mcp-rb-v1", RB_SECRET),
+        Key.from_secret("mcp-php-v1", PHP_SECRET),
+        Key.from_secret("mcp-rs-v1", b"rs1-" * 10),
+        Key.from_secret("mcp-rs-v2", b"rs2-" * 10, sdk_kid="2026-12"),
+        Key.from_secret("mcp-py-v1", b"py--" * 10),
+    ]
+)
+
+
+class Peer:
+    """One long-lived interpreter answering one JSON line per request line."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8"
+        )
+
+    def ask(self, **request: Any) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the peer {self.process.args!r} stopped"
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+        self.process.stdout.close()
+
+
+def _peer(program: str, command: list[str]) -> Iterator[Peer]:
+    if shutil.which(program) is None:
+        if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
+            pytest.fail(f"{program} is missing: .ci/run installs it from Debian")
+        pytest.skip(f"{program} is needed (apt-get install ruby php-cli)")
+    peer = Peer(command)
+    yield peer
+    peer.close()
+
+
+@pytest.fixture(scope="module")
+def ruby() -> Iterator[Peer]:
+    yield from _peer("ruby", ["ruby", str(PEERS / "ruby_peer.rb")])
+
+
+@pytest.fixture(scope="module")
+def php() -> Iterator[Peer]:
+    yield from _peer("php", ["php", str(PEERS / "php_peer.php")])
+
+
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=10)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=25,
+)
+arguments = st.none() | st.dictionaries(texts, values, max_size=5)
+PEER_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@PEER_SETTINGS
+@given(args=arguments)
+def test_ruby_spells_the_canonical_arguments_json_as_we_do(ruby: Peer, args: Any) -> None:
+    answer = ruby.ask(op="digest", arguments_json=json.dumps({} if args is None else args))
+    assert canonical_json({} if args is None else args) == answer["canonical"]
+    assert ruby_arguments_digest(args) == answer["digest"]
+
+
+@PEER_SETTINGS
+@given(state=texts, args=arguments, audience=st.none() | texts.filter(bool), target=texts)
+def test_ruby_opens_the_mcp_rb_tokens_we_seal(
+    ruby: Peer, state: str, args: Any, audience: str | None, target: str
+) -> None:
+    token = ms.mint(
+        KEYSET,
+        state,
+        format="mcp-rb",
+        method="tools/call",
+        target=target,
+        arguments=args,
+        audience=audience,
+    )
+    key = base64.urlsafe_b64encode(RB_SECRET).decode().rstrip("=")
+    claims = ruby.ask(op="open", key=key, token=token)["claims"]
+    assert claims["s"] == state and claims["m"] == "tools/call" and claims["t"] == target
+    assert claims["a"] == ruby.ask(op="digest", arguments_json=json.dumps(args or {}))["digest"]
+    assert claims.get("aud") == audience
+    assert ruby.ask(op="open", key=key[:-2] + "AA", token=token) == {
+        "error": "authentication failed"
+    }
+
+
+def _as_php_reads(value: Any) -> Any:
+    """What PHP's json_decode(..., true) gives back: {} is an empty array."""
+    if isinstance(value, dict):
+        return {k: _as_php_reads(v) for k, v in value.items()} if value else []
+    if isinstance(value, list):
+        return [_as_php_reads(v) for v in value]
+    return value
+
+
+php_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)  # wider integers are floats in PHP
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@PEER_SETTINGS
+@given(data=st.dictionaries(texts, php_values, max_size=5) | st.lists(php_values, max_size=5))
+def test_php_verifies_the_mcp_php_tokens_we_sign(php: Peer, data: Any) -> None:
+    token = ms.mint(KEYSET, data, format="mcp-php", ttl=60)
+    key = base64.urlsafe_b64encode(PHP_SECRET).decode().rstrip("=")
+    answer = php.ask(key=key, token=token)
+    assert answer["data"] == _as_php_reads(data)
+    assert ms.verify(KEYSET, token).state == data
+    assert php.ask(key=key, token=token[:-2] + ("AA" if token[-2:] != "AA" else "BA")) == {
+        "error": "mac"
+    }
+
+
+# --- every SDK format: random states and bindings round-trip, and nothing else is accepted --
+
+ROUND_TRIPS: dict[str, Any] = {
+    "mcp-rb": st.fixed_dictionaries(
+        {"method": texts.filter(bool), "target": texts, "arguments": arguments}
+    ),
+    "mcp-py": st.fixed_dictionaries(
+        {"method": texts.filter(bool), "target": texts, "arguments": arguments}
+    ),
+    "mcp-rs": st.fixed_dictionaries({"bind": st.binary(max_size=40) | texts}),
+    "mcp-rs2": st.fixed_dictionaries({"bind": st.binary(max_size=40) | texts}),
+    "mcp-php": st.just({}),
+}
+
+
+def _equal(left: Any, right: Any) -> bool:
+    """Equality in which -0.0 and 0.0 differ and a float is never an integer."""
+    if isinstance(left, float) or isinstance(right, float):
+        return (
+            type(left) is type(right)
+            and left == right
+            and math.copysign(1, left) == math.copysign(1, right)
+        )
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_equal, left, right))
+    return type(left) is type(right) and left == right
+
+
+def _associated(binding: dict[str, Any]) -> bytes:
+    bind = binding["bind"]
+    return bind.encode() if isinstance(bind, str) else bytes(bind)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), fmt=st.sampled_from(sorted(ROUND_TRIPS)))
+def test_sdk_formats_round_trip_random_states_and_refuse_other_bindings(
+    data: st.DataObject, fmt: str
+) -> None:
+    binding = data.draw(ROUND_TRIPS[fmt])
+    if fmt in ("mcp-rb", "mcp-py"):
+        state: Any = data.draw(texts)
+    elif fmt == "mcp-php":
+        state = data.draw(st.dictionaries(texts, values, max_size=4) | st.lists(values))
+    else:
+        state = data.draw(values | st.binary(max_size=40))
+    token = ms.mint(KEYSET, state, format=fmt, now=NOW, **binding)
+    got = ms.verify(KEYSET, token, now=NOW, **binding).state
+    if isinstance(state, bytes) and fmt.startswith("mcp-rs"):
+        # raw payload bytes that happen to be JSON read back as JSON, as rmcp's open_json_with
+        try:
+            assert _equal(got, json.loads(state)) or got == state
+        except (ValueError, UnicodeDecodeError):
+            assert got == state
+    else:
+        assert _equal(got, state)
+    other = data.draw(ROUND_TRIPS[fmt])
+    same = json.dumps(other, default=repr, sort_keys=True) == json.dumps(
+        binding, default=repr, sort_keys=True
+    )
+    if fmt.startswith("mcp-rs"):  # the associated data: text and its UTF-8 bytes are one
+        same = _associated(other) == _associated(binding)
+    if fmt in ("mcp-rb", "mcp-py"):
+        same = (other["method"], other["target"]) == (binding["method"], binding["target"]) and (
+            ruby_arguments_digest(other["arguments"]) == ruby_arguments_digest(binding["arguments"])
+            if fmt == "mcp-rb"
+            else ms.arguments_digest(other["arguments"] or {})
+            == ms.arguments_digest(binding["arguments"] or {})
+        )
+    if same:
+        return
+    with pytest.raises((ms.BindingMismatch, ms.BadSignature)):
+        ms.verify(KEYSET, token, now=NOW, **other)
