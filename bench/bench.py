@@ -53,6 +53,14 @@ BINDING: dict[str, Any] = {
     "request_id": "mcp1:Q2kZk3m0xw0yX1b9y3B6aA",
     "audience": "https://mcp.example.com",
 }
+#: What each SDK format binds, as its SDK does (Ruby: the request and audience; rmcp: the
+#: associated data; PHP: nothing).
+SDK_BINDINGS: dict[str, dict[str, Any]] = {
+    "mcp-py": SDK_BINDING,
+    "mcp-rb": {k: v for k, v in SDK_BINDING.items() if k != "principal"},
+    "mcp-rs": {"bind": "alice@example.com|tools/call:deploy"},
+    "mcp-php": {},
+}
 
 
 @dataclass
@@ -221,9 +229,12 @@ def our_rows(keyset: ms.Keyset) -> list[Row]:
         ("aead", "encrypted"),
         ("jwe", "encrypted"),
         ("mcp-py", "encrypted"),
+        ("mcp-rb", "encrypted"),
+        ("mcp-rs", "signed"),
+        ("mcp-php", "signed"),
     ):
-        binding = SDK_BINDING if fmt == "mcp-py" else BINDING
-        state: Any = json.dumps(STATE) if fmt == "mcp-py" else STATE
+        binding = SDK_BINDINGS.get(fmt, BINDING)
+        state: Any = json.dumps(STATE) if fmt in ("mcp-py", "mcp-rb") else STATE
         token = ms.mint(keyset, state, format=fmt, **binding)
 
         def mint(fmt: str = fmt, binding: dict[str, Any] = binding, state: Any = state) -> str:
@@ -694,7 +705,9 @@ def render(rows: list[Row]) -> str:
 
 def main() -> None:
     secret = os.urandom(32)
-    keyset = ms.Keyset.generate((*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1"))
+    keyset = ms.Keyset.generate(
+        (*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1")
+    )
     rows = raw_rows(secret)
     rows += our_rows(keyset)
     rows += peer_rows(secret)

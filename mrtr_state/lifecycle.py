@@ -62,9 +62,7 @@ class Change:
 
 
 def _entered(key: Key, status: str, now: int) -> Key:
-    return Key(
-        kid=key.kid, alg=key.alg, secret=key.secret, status=status, since={**key.since, status: now}
-    )
+    return key._changed(status=status, since={**key.since, status: now})
 
 
 def _replace(keyset: Keyset, changed: dict[str, Key]) -> Keyset:

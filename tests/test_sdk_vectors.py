@@ -437,3 +437,30 @@ def test_keys_import_kid_is_for_rmcp_keyring_keys_only(tmp_path: Path) -> None:
     assert "drop --kid" in _import(ks, "mcp-rs-v1", b"k" * 32, "--kid", "x", code=2).stderr
     assert "1-255" in _import(ks, "mcp-rs-v2", b"k" * 32, "--kid", "x" * 256, code=2).stderr
     assert not ks.exists()  # nothing written by a refused import
+
+
+def test_rotation_steps_sdk_keys_and_gives_new_rmcp_ring_keys_an_id() -> None:
+    from mrtr_state import lifecycle as life
+
+    start = [
+        Key.from_secret("mcp-rs-v2", b"k" * 32, sdk_kid="2026-12", now=0),
+        Key.from_secret("mcp-rb-v1", b"r" * 32, now=0),
+        Key.from_secret("mcp-php-v1", b"h" * 32, now=0),
+    ]
+    keyset = ms.Keyset(start)
+    day = 86400
+    moments = (40 * day, 40 * day + 4000, 40 * day + 9000)
+    for moment in moments:
+        keyset, _changes = life.rotate(keyset, now=moment, propagation=3600, retention=3660)
+    primaries = {key.alg: key for key in keyset if key.status == "primary"}
+    assert set(primaries) == {"mcp-rs-v2", "mcp-rb-v1", "mcp-php-v1"}
+    assert all(key.status == "retired" for key in keyset if key in start or key.since.get("active"))
+    ring_key = primaries["mcp-rs-v2"]
+    assert ring_key.sdk_kid is not None and ring_key.sdk_kid.startswith("mrtr-")
+    for fmt in ("mcp-rs2", "mcp-php"):
+        token = ms.mint(keyset, {"a": 1}, format=fmt)
+        assert ms.verify(keyset, token).state == {"a": 1}
+    # the old ring key is retired: its tokens are refused by name
+    old = ms.mint(ms.Keyset(start[:1]), {"a": 1}, format="mcp-rs2")
+    with pytest.raises(ms.KeyRetired):
+        ms.verify(keyset, old)

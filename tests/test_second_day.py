@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -157,6 +158,28 @@ def test_verify_jsonl_checks_each_line_with_its_own_bindings(ks: Path) -> None:
 # --- 6. exit codes that say what happened ------------------------------------------------
 
 
+def _wait_reading_stdin(pid: int, timeout: float = 30) -> None:
+    """Until process ``pid`` blocks in read(0, ...): past start-up, however loaded the machine
+    (a fixed sleep let a slow start-up swallow the signal). Linux's /proc/PID/syscall gives
+    the call a process is blocked in; elsewhere, a generous sleep."""
+    where = Path(f"/proc/{pid}/syscall")
+    read = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
+    if read is None or not where.exists():
+        time.sleep(3)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            call = where.read_text().split()
+        except (OSError, PermissionError):
+            call = []
+        if call[:2] == [read, "0x0"]:  # read, on fd 0
+            time.sleep(0.1)
+            return
+        time.sleep(0.05)
+    raise AssertionError("verify - never started reading stdin")
+
+
 def test_ctrl_c_exits_130_without_a_traceback(ks: Path) -> None:
     """Ctrl-C while ``verify -`` waits for input: 130 (128 + SIGINT), one line, no traceback."""
     process = subprocess.Popen(
@@ -166,7 +189,7 @@ def test_ctrl_c_exits_130_without_a_traceback(ks: Path) -> None:
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    time.sleep(1.5)  # past start-up: waiting on stdin
+    _wait_reading_stdin(process.pid)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=20)
     assert process.returncode == 130, err

@@ -29,7 +29,7 @@ from .._encoding import (
     json_loads,
 )
 from ..algorithms import derived_kid
-from ..errors import BadSignature, MalformedToken, UnknownKey
+from ..errors import BadSignature, KeyRetired, MalformedToken, UnknownKey
 from . import Anatomy
 from ._primitives import Keyed, hmac_key
 
@@ -147,6 +147,9 @@ class RmcpWire:
             tag = _decode(sections[3], "mcp-rs2 tag")
             route = keyset.derived(f"{self.name}-routes", self._build_routes).get(kid)
             if route is None:
+                named = keyset.get(derived_kid(self.alg, b"", kid) or "")
+                if named is not None and named.alg == self.alg:  # known, but no longer usable
+                    raise KeyRetired(f"key {named.kid} (rmcp key id {kid!r}) is retired")
                 raise UnknownKey(
                     f"no usable mcp-rs-v2 key has the rmcp key id {kid!r}; import it with: "
                     "mrtr-state keys import --alg mcp-rs-v2 --kid KID --secret-file FILE"
