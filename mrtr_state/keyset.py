@@ -219,6 +219,10 @@ class Key:
         if alg not in ALGORITHMS:
             raise ValueError(f"unknown key algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
         size = ALGORITHMS[alg].exact or _algorithms.SDK_SECRET_BYTES[0]
+        if sdk_kid is None and ALGORITHMS[alg].sdk_kid:
+            # a fresh key for an SDK keyring (rmcp's) gets a fresh id too, shown by
+            # ``keys list``: give the ring the key under it
+            sdk_kid = "mrtr-" + os.urandom(4).hex()
         return cls.from_secret(
             alg, os.urandom(size), kid=kid, status=status, now=now, sdk_kid=sdk_kid
         )
@@ -517,15 +521,6 @@ class Keyset:
                 "nothing was added"
             )
         if secret is None:
-            if sdk_kid is None and alg in ALGORITHMS and ALGORITHMS[alg].sdk_kid:
-                # a fresh key for an SDK keyring (rmcp's) gets a fresh id too, shown by
-                # ``keys list``: give the ring the key under it
-                taken = {k.sdk_kid for k in table.keys}
-                sdk_kid = next(
-                    name
-                    for name in iter(lambda: "mrtr-" + os.urandom(4).hex(), None)
-                    if name not in taken
-                )
             key = Key.generate(alg, kid=self.fresh_kid(), status=status, now=now, sdk_kid=sdk_kid)
         else:
             key = Key.from_secret(
