@@ -546,6 +546,20 @@ def _start_redis(folder: str) -> tuple[subprocess.Popen[bytes], str] | None:
     return None
 
 
+def single_use_at_scale() -> dict[str, Any]:
+    """bench/at_scale.py, on a Redis server of its own (skipped without redis-server)."""
+    import at_scale
+
+    with tempfile.TemporaryDirectory() as folder:
+        redis_server = _start_redis(folder)
+        try:
+            return at_scale.main(None if redis_server is None else redis_server[1])
+        finally:
+            if redis_server is not None:
+                redis_server[0].terminate()
+                redis_server[0].wait(10)
+
+
 def wall(
     command: list[str],
     runs: int = 15,
@@ -733,6 +747,7 @@ def main() -> None:
         r.micros for r in rows if r.name == "mrtr-state aead" and r.operation == "verify"
     )
     cli = cli_rows(keyset, aead_verify)
+    at_scale = single_use_at_scale()
     machine = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -778,6 +793,7 @@ def main() -> None:
         "once_per_second": once,
         "cli": cli,
         "state_sizes": sized,
+        "single_use_at_scale": at_scale,
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     summary = (

@@ -5,18 +5,24 @@ Input is JSON Lines, one JSON-RPC message per line, bare or wrapped as
 ``input_required`` result with its retry (same method, target and arguments) and checks the
 client's rules and the server's, each failure a named :class:`Finding` with the lines involved.
 
-It streams: only requests awaiting their response and exchanges awaiting their retry are kept
-(each exchange as line numbers and a digest of its state), and issued states are remembered as
-16-byte digests for at most the ttl cap of capture time, so memory follows the open exchanges,
-not the length of the capture. A capture is hostile input: lines are parsed with the strict
-JSON reader (nesting, duplicate members, NaN and huge numbers refused) and every shape of
-message gets a finding or passes, never a Python error.
+It streams, and its memory is bounded by the ttl window, not by the length of the capture:
+requests awaiting their response (at most ``MAX_OUTSTANDING``), exchanges awaiting their retry
+and issued states (16-byte digests) are kept for ``ttl_cap + skew`` of capture time, no token of
+theirs being valid after that, and at most ``MAX_REMEMBERED`` of each when lines carry no time.
+Each is forgotten in the order it came, at a constant cost per message. An exchange whose retry
+never came within the window counts as unanswered; a retry that comes later (or whose first
+round precedes the capture) still has its token verified.
+
+A capture is hostile input: lines are parsed with the strict JSON reader (nesting, duplicate
+members, NaN and huge numbers refused) and every shape of message gets a finding or passes, never
+a Python error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -111,6 +117,16 @@ class _Request:
 MAX_CAPTURE_DEPTH = 64
 #: Requests awaiting their response that are remembered; the oldest are forgotten past this.
 MAX_OUTSTANDING = 100_000
+#: Exchanges awaiting their retry, and issued states, remembered when lines carry no time.
+MAX_REMEMBERED = 200_000
+
+
+def _id_key(value: Any) -> Any:
+    """A JSON-RPC id as a dict key: 1, 1.0, "1" and true stay distinct, as JSON tells them."""
+    kind = type(value)
+    if kind is str or kind is int or value is None:
+        return (kind, value)
+    return json.dumps(value, sort_keys=True)  # a float, or an id no client should send
 
 
 def _digest(state: str) -> bytes:
@@ -172,11 +188,8 @@ def audit_capture(
 ) -> AuditReport:
     """Audit a capture; see the module docstring. Without a keyset the tokens are not verified."""
     report = AuditReport()
-    requests: dict[str, _Request] = {}
-    pending: dict[tuple[str, str, str], _Exchange] = {}
-    # digest of an issued state -> (identity, result line, capture time)
-    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]] = {}
-    forget_after = policy.lifetime_cap + policy.skew
+    requests: dict[Any, _Request] = {}
+    memory = _Memory(policy.lifetime_cap + policy.skew)
 
     def find(kind: str, lines_involved: tuple[int, ...], message: str) -> None:
         # messages quote the capture (methods, names, keys): never let it drive a terminal
@@ -188,10 +201,9 @@ def audit_capture(
             find("unparseable_line", (number,), "not a JSON-RPC message")
             continue
         report.messages += 1
-        if ts is not None and issued and report.messages % 1024 == 0:
-            _forget_old(issued, ts - forget_after)
+        memory.forget(ts)
         method = message.get("method")
-        key = json.dumps(message.get("id"), sort_keys=True)
+        key = _id_key(message.get("id"))
         if isinstance(method, str) and "id" in message:
             params = message.get("params") if isinstance(message.get("params"), dict) else {}
             request = _Request(number, method, params or {}, ts)
@@ -204,8 +216,7 @@ def audit_capture(
                 _check_retry(
                     request,
                     message.get("id"),
-                    pending,
-                    issued,
+                    memory,
                     find,
                     report,
                     keyset=keyset,
@@ -223,10 +234,8 @@ def audit_capture(
             continue
         if result.get("resultType") != "input_required":
             continue
-        _check_input_required(
-            answered, message.get("id"), number, result, ts, pending, issued, find, report
-        )
-    report.unanswered = len(pending)
+        _check_input_required(answered, message.get("id"), number, result, ts, memory, find, report)
+    report.unanswered = len(memory.pending) + memory.lapsed
     if not report.messages and not report.findings:
         # nothing audited is not a clean audit: a capture that came out empty (a wrong path, a
         # capture that never ran) must not pass a gate that checks the exit code
@@ -234,13 +243,53 @@ def audit_capture(
     return report
 
 
-def _forget_old(
-    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]], before: float
-) -> None:
-    """Drop issued states no token of which can still be valid (older than the ttl cap)."""
-    stale = [digest for digest, (_i, _l, at) in issued.items() if at is not None and at < before]
-    for digest in stale:
-        del issued[digest]
+_Identity = tuple[str, str, str]
+
+
+class _Memory:
+    """What the audit remembers between lines, each kind forgotten oldest first.
+
+    ``pending``: exchanges awaiting their retry, by request identity; ``issued``: digest of each
+    issued state -> (identity, result line). An entry goes when no token of its time can still
+    be valid (``window`` seconds of capture time) or, for lines without a time, when more than
+    ``MAX_REMEMBERED`` of its kind are held. The queues hold entries in arrival order, so each
+    message pops only what has lapsed since the one before.
+    """
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.pending: dict[_Identity, _Exchange] = {}
+        self.issued: dict[bytes, tuple[_Identity, int]] = {}
+        self.lapsed = 0  # exchanges forgotten with no retry: unanswered
+        self._pending_order: deque[tuple[float | None, _Identity, int]] = deque()
+        self._issued_order: deque[tuple[float | None, bytes, int]] = deque()
+
+    def remember(self, identity: _Identity, exchange: _Exchange) -> None:
+        self.pending[identity] = exchange
+        self._pending_order.append((exchange.ts, identity, exchange.result_line))
+        if exchange.state is not None:
+            self.issued[exchange.state] = (identity, exchange.result_line)
+            self._issued_order.append((exchange.ts, exchange.state, exchange.result_line))
+
+    def forget(self, ts: float | None) -> None:
+        before = None if ts is None else ts - self.window
+        order = self._pending_order
+        while order and (len(order) > MAX_REMEMBERED or _older(order[0][0], before)):
+            _at, identity, line = order.popleft()
+            exchange = self.pending.get(identity)
+            if exchange is not None and exchange.result_line == line:
+                del self.pending[identity]
+                self.lapsed += 1
+        issued = self._issued_order
+        while issued and (len(issued) > MAX_REMEMBERED or _older(issued[0][0], before)):
+            _at, digest, line = issued.popleft()
+            entry = self.issued.get(digest)
+            if entry is not None and entry[1] == line:
+                del self.issued[digest]
+
+
+def _older(at: float | None, before: float | None) -> bool:
+    return at is not None and before is not None and at < before
 
 
 def _check_input_required(
@@ -249,8 +298,7 @@ def _check_input_required(
     line: int,
     result: dict[str, Any],
     ts: float | None,
-    pending: dict[tuple[str, str, str], _Exchange],
-    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]],
+    memory: _Memory,
     find: Any,
     report: AuditReport,
 ) -> None:
@@ -284,16 +332,13 @@ def _check_input_required(
         _digest(state) if isinstance(state, str) else None,
         ts,
     )
-    pending[identity] = exchange
-    if exchange.state is not None:
-        issued[exchange.state] = (identity, line, ts)
+    memory.remember(identity, exchange)
 
 
 def _check_retry(
     retry: _Request,
     retry_id: Any,
-    pending: dict[tuple[str, str, str], _Exchange],
-    issued: dict[bytes, tuple[tuple[str, str, str], int, float | None]],
+    memory: _Memory,
     find: Any,
     report: AuditReport,
     *,
@@ -306,8 +351,8 @@ def _check_retry(
     identity = _identity(retry.method, retry.params)
     state = retry.params.get("requestState")
     digest = _digest(state) if isinstance(state, str) else None
-    exchange = pending.pop(identity, None)
-    first = issued.get(digest) if digest is not None else None
+    exchange = memory.pending.pop(identity, None)
+    first = memory.issued.get(digest) if digest is not None else None
     if first is not None and first[0] != identity:
         find(
             "state_reused_on_other_request",
@@ -316,8 +361,15 @@ def _check_retry(
             f"request ({retry.method} {identity[1]})",
         )
         return
+    moment = retry.ts if retry.ts is not None else now
     if exchange is None:
-        return  # a retry whose first round is not in the capture
+        # a retry whose first round is not in the capture, or came too long ago to remember:
+        # only its token can be judged (a late one is found expired)
+        if keyset is not None and isinstance(state, str):
+            _verify_retry(
+                retry, state, (retry.line,), find, moment, keyset, audience, principal, policy
+            )
+        return
     before = len(report.findings)
     lines = (exchange.result_line, retry.line)
     if digest != exchange.state:
@@ -328,7 +380,7 @@ def _check_retry(
             if exchange.state is None
             else "the retry did not echo requestState byte for byte",
         )
-    if json.dumps(retry_id) == json.dumps(exchange.request_id):
+    if _id_key(retry_id) == _id_key(exchange.request_id):
         find(
             "reused_request_id",
             (exchange.request_line, retry.line),
@@ -344,27 +396,41 @@ def _check_retry(
             f"{sorted(exchange.input_keys)}",
         )
     if keyset is not None and isinstance(state, str) and digest == exchange.state:
-        moment = retry.ts if retry.ts is not None else now
-        try:
-            target, arguments = retry_target(retry.method, retry.params)
-            verify(
-                keyset,
-                state,
-                method=retry.method,
-                target=target,
-                arguments=arguments,
-                audience=audience,
-                principal=principal,
-                now=moment,
-                policy=policy,
-            )
-        except TimeWindowError as err:
-            find("state_expired", lines, str(err))
-        except BindingMismatch as err:
-            find("state_binding_mismatch", lines, str(err))
-        except InvalidToken as err:
-            find("state_invalid", lines, str(err))
-        except ValueError as err:  # arguments no request could carry, and the like
-            find("state_binding_mismatch", lines, str(err))
+        _verify_retry(retry, state, lines, find, moment, keyset, audience, principal, policy)
     if len(report.findings) == before:
         report.passed += 1
+
+
+def _verify_retry(
+    retry: _Request,
+    state: str,
+    lines: tuple[int, ...],
+    find: Any,
+    moment: float | None,
+    keyset: Keyset,
+    audience: str | None,
+    principal: str | None,
+    policy: Policy,
+) -> None:
+    """Verify a retry's token for the retry's own request at the retry's time; a finding if not."""
+    try:
+        target, arguments = retry_target(retry.method, retry.params)
+        verify(
+            keyset,
+            state,
+            method=retry.method,
+            target=target,
+            arguments=arguments,
+            audience=audience,
+            principal=principal,
+            now=moment,
+            policy=policy,
+        )
+    except TimeWindowError as err:
+        find("state_expired", lines, str(err))
+    except BindingMismatch as err:
+        find("state_binding_mismatch", lines, str(err))
+    except InvalidToken as err:
+        find("state_invalid", lines, str(err))
+    except ValueError as err:  # arguments no request could carry, and the like
+        find("state_binding_mismatch", lines, str(err))

@@ -17,6 +17,7 @@ working folder.
     retention = "61m"      # default: ttl_cap + 60 s of clock skew
     rotate_every = "30d"   # how long a primary mints before rotate replaces it
     replay_store = "sqlite:////var/lib/mcp/replay.db"   # for verify --once
+    max_skew = "5m"        # the most two replicas' (or the store's) clocks may differ
 
 A keyset may also come inline from ``MRTR_STATE_KEYSET_JSON`` (containers that get secrets through
 the environment). It beats a keyset path from the environment or the file, not ``--keyset``, and
@@ -47,10 +48,12 @@ if TYPE_CHECKING:
 # DEFAULT_KEYSET comes from the module's __getattr__ (a Path, made on demand).
 __all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_KEYSET", "Settings", "load_settings"]  # noqa: F822
 
+#: replay.DEFAULT_MAX_SKEW, as a whole number of seconds (not imported: replay loads lazily)
+DEFAULT_MAX_SKEW = 300
 _DEFAULT_KEYSET_FILE = os.path.join("keys", "keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("max_size",)
-_DURATIONS = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every")
+_DURATIONS = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every", "max_skew")
 _TEXTS = ("keyset", "format", "audience", "replay_store")
 _KNOWN = frozenset({*_TEXTS, *_INTEGERS, *_DURATIONS})
 KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
@@ -82,6 +85,7 @@ class Settings:
         "keyset_file",
         "keyset_is_default",
         "keyset_json",
+        "max_skew",
         "policy",
         "propagation",
         "replay_store",
@@ -101,6 +105,9 @@ class Settings:
     rotate_every: int
     keyset_json: str | None  # the inline keyset of MRTR_STATE_KEYSET_JSON, if in force
     replay_store: str
+    #: The most two clocks that judge one token may differ: replay stores keep entries this long
+    #: past a token's expiry.
+    max_skew: int
     #: Where each setting that was given came from: "--flag", "MRTR_STATE_X" or the config file.
     sources: Mapping[str, str]
 
@@ -118,6 +125,7 @@ class Settings:
         rotate_every: int = DEFAULT_ROTATE_EVERY,
         keyset_json: str | None = None,
         replay_store: str = "memory:",
+        max_skew: int = DEFAULT_MAX_SKEW,
         sources: Mapping[str, str] | None = None,
     ) -> None:
         values = {
@@ -132,6 +140,7 @@ class Settings:
             "rotate_every": rotate_every,
             "keyset_json": keyset_json,
             "replay_store": replay_store,
+            "max_skew": max_skew,
             "sources": {} if sources is None else sources,
         }
         for name, value in values.items():
@@ -323,5 +332,6 @@ def load_settings(
         ),
         keyset_json=None if flagged else inline,
         replay_store=merged.get("replay_store", "memory:"),
+        max_skew=merged.get("max_skew", DEFAULT_MAX_SKEW),
         sources=sources,
     )

@@ -34,6 +34,7 @@ __all__ = [
     "KeysetLocked",
     "KeysetNotFound",
     "KeysetPermissions",
+    "LifetimeBeyondStore",
     "MalformedToken",
     "MrtrStateError",
     "NoPrimaryKey",
@@ -145,6 +146,16 @@ class RequestMismatch(BindingMismatch):
 
 class AudienceMismatch(BindingMismatch):
     code = "audience_mismatch"
+
+
+class LifetimeBeyondStore(InvalidClaims):
+    """Single use was asked for a token that outlives what the replay store remembers.
+
+    A token that never expires, or expires further ahead than the store's ``horizon``, would be
+    forgotten while still acceptable; it is refused rather than recorded.
+    """
+
+    code = "lifetime_beyond_store"
 
 
 class Replayed(InvalidToken):

@@ -200,7 +200,7 @@ class Key:
         chosen = derived_kid(alg, secret, sdk_kid) or kid
         if chosen is None:
             raise ValueError(f"a {alg} key needs a key id")
-        at = int(time.time()) if now is None else now
+        at = int(time.time() if now is None else now)  # whole seconds, as the file stores them
         return cls(
             kid=chosen, alg=alg, secret=secret, status=status, since={status: at}, sdk_kid=sdk_kid
         )

@@ -1,33 +1,50 @@
-"""Single-use requestState: redeem a verified token at most once until it expires.
+"""Single-use requestState: redeem a verified token at most once while any replica could accept it.
 
 Principal, expiry and request binding narrow the replay window; they do not close it. A server
 that must act on a given state once only (charge a card, deploy once) records each token it
 accepts and refuses the second presentation. The store keeps nothing but an opaque key (the
-token's ``jti``, or a SHA-256 of the token for formats without one) and its expiry, and forgets
-the entry when the token expires: an expired token is refused as expired before the store is
-consulted.
+token's ``jti``, or a SHA-256 of the token for formats without one) and the token's expiry.
+
+Clocks. A fleet's replicas, and the store, each judge time by their own clock. A token is
+acceptable on some replica until the slowest clock reaches its ``exp``; a store that forgets the
+entry by a fast clock's reading of ``exp`` would let the slow replica accept it a second time.
+So every store keeps an entry until ``exp + max_skew`` by the clock that purges it, where
+``max_skew`` (default 5 minutes) bounds the difference between any two clocks that judge the
+same token. Expiries are stored as absolute times (the token's own ``exp``), never as a time
+left computed on one replica's clock. A token whose remaining lifetime exceeds what a store
+promises to remember (its ``horizon``, one day by default) is refused before it is recorded.
 
 Backends, chosen by URL:
 
-* ``memory:``: one process (the default);
-* ``sqlite:///path/replay.db``: many processes on one machine (WAL, an atomic insert that fails
-  on a second redemption, expired rows purged as it goes);
-* ``redis://host:port/db``: a fleet (``SET key 1 NX PX remaining-lifetime``), through the optional
-  ``redis`` package (``pip install 'mrtr-state[redis]'``).
+* ``memory:``: one process (the default): a dictionary and a min-heap of expiries, so purging
+  costs a constant per redemption whatever the number of live entries;
+* ``sqlite:///path/replay.db``: many processes on one machine (WAL, one upsert statement that
+  records a new key or reclaims a lapsed one and reports which, an index on the expiry so
+  purges touch only lapsed rows); ``?timeout=SECONDS`` is how long a writer waits for another's
+  lock before failing closed (10 s by default);
+* ``redis://host:port/db``: a fleet (``SET key 1 NX PXAT exp+max_skew``, judged by the Redis
+  server's clock), through the optional ``redis`` package (``pip install 'mrtr-state[redis]'``).
+  The store checks once a minute that the server's clock lies within ``max_skew`` of the
+  verifier's, and refuses a server that may evict keys under memory pressure.
 
-Every failure of a store (unreachable, unwritable, corrupt) raises :class:`ReplayStoreError`:
-verification fails closed rather than silently accepting a token it could not record.
+Every failure of a store (unreachable, read-only, locked, corrupt, foreign, a clock beyond the
+bound) raises :class:`ReplayStoreError`: verification fails closed rather than silently accepting
+a token it could not record.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
+import math
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl
 
 from . import errors as ms_errors
 from .errors import ReplayStoreError
@@ -36,7 +53,8 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = [
-    "CLOCK_MARGIN",
+    "DEFAULT_HORIZON",
+    "DEFAULT_MAX_SKEW",
     "MemoryStore",
     "RedisStore",
     "ReplayStore",
@@ -45,19 +63,23 @@ __all__ = [
     "token_key",
 ]
 
+#: The largest difference between two clocks (replicas', the store's) that the stores absorb.
+DEFAULT_MAX_SKEW = 300.0
+#: The longest remaining lifetime a store promises to remember (tokens living longer are refused).
+DEFAULT_HORIZON = 86_400.0
 _PURGE_EVERY = 256
-#: How long past a token's ``exp`` its entry is kept. Replicas' clocks differ (a verifier accepts
-#: an ``iat`` up to 60 s ahead), so a replica whose clock is behind the redeeming one still takes
-#: the token as unexpired for that long: forgetting the entry at ``exp`` exactly would let that
-#: replica accept it a second time.
-CLOCK_MARGIN = 120.0
 
 
 class ReplayStore(Protocol):
-    """What a single-use backend offers: one atomic test-and-set."""
+    """What a single-use backend offers: one atomic test-and-set, and the bounds it keeps."""
+
+    #: Entries are kept until ``expires_at + max_skew`` by the clock that purges them.
+    max_skew: float
+    #: The longest ``expires_at - now`` that :meth:`redeem` accepts to record.
+    horizon: float
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
-        """Record ``key`` until ``expires_at``; False if it is already recorded and unexpired."""
+        """Record ``key`` for a token expiring at ``expires_at``; False if already recorded."""
         ...
 
     def close(self) -> None: ...
@@ -70,50 +92,99 @@ def token_key(jti: str | None, token: str) -> str:
     return "sha256:" + hashlib.sha256(token.encode("ascii")).hexdigest()
 
 
-class MemoryStore:
-    """A dictionary guarded by a lock: for one process."""
+def _bounds(max_skew: float, horizon: float) -> tuple[float, float]:
+    for name, value in (("max_skew", max_skew), ("horizon", horizon)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"replay store {name} must be a finite number of seconds >= 0")
+    if horizon <= 0:
+        raise ValueError("replay store horizon must be positive")
+    return float(max_skew), float(horizon)
 
-    def __init__(self) -> None:
-        self._entries: dict[str, float] = {}
+
+class MemoryStore:
+    """A dictionary and a min-heap of expiries, guarded by a lock: for one process.
+
+    The heap hands out lapsed entries oldest first, so each redemption pops what has lapsed
+    since the last one and no call ever walks the live entries.
+    """
+
+    def __init__(
+        self, *, max_skew: float = DEFAULT_MAX_SKEW, horizon: float = DEFAULT_HORIZON
+    ) -> None:
+        self.max_skew, self.horizon = _bounds(max_skew, horizon)
+        self._expiry: dict[str, float] = {}
+        self._queue: list[tuple[float, str]] = []
         self._lock = threading.Lock()
-        self._writes = 0
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired here: never recorded, never accepted
+        lapsed = now - self.max_skew
         with self._lock:
-            seen = self._entries.get(key)
-            if seen is not None and now < seen:
+            queue, expiry = self._queue, self._expiry
+            while queue and queue[0][0] <= lapsed:
+                old_expiry, old_key = heapq.heappop(queue)
+                if expiry.get(old_key) == old_expiry:
+                    del expiry[old_key]
+            if key in expiry:
                 return False
-            self._entries[key] = expires_at + CLOCK_MARGIN
-            self._writes += 1
-            if self._writes % _PURGE_EVERY == 0:
-                self._entries = {k: exp for k, exp in self._entries.items() if now < exp}
+            expiry[key] = expires_at
+            heapq.heappush(queue, (expires_at, key))
             return True
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._expiry)
 
     def close(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._expiry.clear()
+            self._queue.clear()
+
+
+#: ``PRAGMA application_id`` of a replay store ("mrtr"): a file without it is not ours to write.
+SQLITE_APPLICATION_ID = 0x6D727472
+_SQLITE_SCHEMA_VERSION = 2
+_SQLITE_TABLE = "CREATE TABLE redeemed (key TEXT PRIMARY KEY, expires_at REAL NOT NULL)"
+#: (name, type, not null, primary key) of each column, as ``PRAGMA table_info`` gives them.
+_SQLITE_COLUMNS = [("key", "TEXT", 0, 1), ("expires_at", "REAL", 1, 0)]
+_SQLITE_INDEX = "CREATE INDEX IF NOT EXISTS redeemed_by_expiry ON redeemed (expires_at)"
+# One statement records a new key, or reclaims one whose entry has lapsed, and its row count says
+# which happened: 1 recorded, 0 already redeemed. Autocommit makes it one atomic transaction.
+_SQLITE_REDEEM = (
+    "INSERT INTO redeemed (key, expires_at) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+    " SET expires_at = excluded.expires_at WHERE redeemed.expires_at <= ?"
+)
+_SQLITE_PURGE = "DELETE FROM redeemed WHERE expires_at <= ?"
 
 
 class SqliteStore:
     """One SQLite file shared by the processes of one machine."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_skew: float = DEFAULT_MAX_SKEW,
+        horizon: float = DEFAULT_HORIZON,
+        timeout: float = 10.0,
+    ) -> None:
         import sqlite3  # deferred: only this backend needs it
 
+        self.max_skew, self.horizon = _bounds(max_skew, horizon)
         self._sqlite = sqlite3
         self.path = Path(path)
+        self.timeout = timeout
         _prepare_private_file(self.path)
         self._local = threading.local()
         self._writes = 0
         with self._errors("open"):
-            self._connection().execute(
-                "CREATE TABLE IF NOT EXISTS redeemed"
-                " (key TEXT PRIMARY KEY, expires_at REAL NOT NULL)"
-            )
+            # the file is checked before anything is written to it (journal mode included)
+            first = self._sqlite.connect(self.path, timeout=timeout, isolation_level=None)
+            try:
+                self._adopt(first)
+            finally:
+                first.close()
+            self._connection()
 
     @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
@@ -122,10 +193,48 @@ class SqliteStore:
         except self._sqlite.Error as err:
             raise ReplayStoreError(f"replay store {self.path}: cannot {doing}: {err}") from None
 
+    def _adopt(self, db: sqlite3.Connection) -> None:
+        """Create the schema in an empty file; accept only our own (or its first version).
+
+        A file that holds anything else (another program's database, a store of a future
+        version) is refused and left untouched: writing our table into it would damage it.
+        """
+        db.execute("BEGIN IMMEDIATE")  # two processes creating the store at once: one does
+        try:
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = [
+                row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            if application_id == SQLITE_APPLICATION_ID and version == _SQLITE_SCHEMA_VERSION:
+                pass
+            elif not tables and application_id == 0:
+                db.execute(_SQLITE_TABLE)
+            elif not (
+                application_id in (0, SQLITE_APPLICATION_ID)
+                and version in (0, _SQLITE_SCHEMA_VERSION)
+                and set(tables) == {"redeemed"}
+                and _columns(db) == _SQLITE_COLUMNS
+            ):
+                raise ReplayStoreError(
+                    f"replay store {self.path} is not a mrtr-state replay store (application_id "
+                    f"{application_id:#x}, tables {', '.join(sorted(tables)) or 'none'}); it was "
+                    "left untouched: name a new file"
+                )
+            # the first version's file (our one table, no marks) is adopted as it is: its rows
+            # hold expiry + 120 s, which only keeps them longer
+            db.execute(_SQLITE_INDEX)
+            db.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {_SQLITE_SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        finally:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._sqlite.connect(self.path, timeout=10.0, isolation_level=None)
+            connection = self._sqlite.connect(self.path, timeout=self.timeout, isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             self._local.connection = connection
@@ -134,29 +243,15 @@ class SqliteStore:
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired here: never recorded, never accepted
-        keep_until = expires_at + CLOCK_MARGIN
+        lapsed = now - self.max_skew
         with self._errors("record a redemption"):
             db = self._connection()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                # An entry whose token has expired no longer blocks anything.
-                db.execute("DELETE FROM redeemed WHERE key = ? AND expires_at <= ?", (key, now))
-                try:
-                    db.execute(
-                        "INSERT INTO redeemed (key, expires_at) VALUES (?, ?)", (key, keep_until)
-                    )
-                except self._sqlite.IntegrityError:
-                    db.execute("ROLLBACK")
-                    return False
+            recorded = db.execute(_SQLITE_REDEEM, (key, expires_at, lapsed)).rowcount == 1
+            if recorded:
                 self._writes += 1
                 if self._writes % _PURGE_EVERY == 0:
-                    db.execute("DELETE FROM redeemed WHERE expires_at <= ?", (now,))
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return True
+                    db.execute(_SQLITE_PURGE, (lapsed,))
+            return recorded
 
     def count(self) -> int:
         with self._errors("count"):
@@ -165,7 +260,7 @@ class SqliteStore:
 
     def purge(self, *, now: float) -> None:
         with self._errors("purge"):
-            self._connection().execute("DELETE FROM redeemed WHERE expires_at <= ?", (now,))
+            self._connection().execute(_SQLITE_PURGE, (now - self.max_skew,))
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)
@@ -174,31 +269,74 @@ class SqliteStore:
             self._local.connection = None
 
 
+def _columns(db: sqlite3.Connection) -> list[tuple[str, str, int, int]]:
+    rows = db.execute("PRAGMA table_info(redeemed)").fetchall()
+    return [(row[1], str(row[2]).upper(), row[3], row[5]) for row in rows]
+
+
 class RedisStore:
-    """A Redis server shared by a fleet: ``SET key 1 NX PX ttl`` is the atomic test-and-set."""
+    """A Redis server shared by a fleet: ``SET key 1 NX PXAT`` is the atomic test-and-set.
+
+    The entry's expiry is an absolute time judged by the server's clock, so no replica's clock
+    shortens it. Once a minute (and at first use) the store reads the server's clock and its
+    eviction policy: a server whose clock lies beyond ``max_skew`` of the verifier's, or that
+    may evict keys before they expire (a ``maxmemory`` with a policy other than
+    ``noeviction``), cannot keep the promise, and every redemption fails closed until it can.
+    """
 
     PREFIX = "mrtr-state:redeemed:"
+    CHECK_EVERY = 60.0
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, max_skew: float = DEFAULT_MAX_SKEW, horizon: float = DEFAULT_HORIZON
+    ) -> None:
         try:
             import redis
         except ImportError:
             raise ReplayStoreError(
                 "the redis replay store needs the redis package: pip install 'mrtr-state[redis]'"
             ) from None
+        self.max_skew, self.horizon = _bounds(max_skew, horizon)
         self.url = url
         self._client: Any = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._redis_error: type[Exception] = redis.RedisError
+        self._offset = 0.0  # the server's clock minus this host's, as last measured
+        self._checked_at = -math.inf  # monotonic time of that measurement
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired on this replica's clock: refused, not waved through
-        keep_ms = int((expires_at - now + CLOCK_MARGIN) * 1000)
         try:
-            stored = self._client.set(self.PREFIX + key, b"1", nx=True, px=keep_ms)
+            if time.monotonic() - self._checked_at >= self.CHECK_EVERY:
+                self._check_server()
+            server_now = time.time() + self._offset
+            if not abs(server_now - now) <= self.max_skew:
+                raise ReplayStoreError(
+                    f"replay store {self._shown()}: the verifier's clock reads "
+                    f"{now - server_now:+.0f} s from the Redis server's, beyond max_skew "
+                    f"{self.max_skew:.0f} s; single use cannot be promised: fix the clocks (NTP)"
+                )
+            keep_until_ms = math.ceil((expires_at + self.max_skew) * 1000)
+            stored = self._client.execute_command(
+                "SET", self.PREFIX + key, b"1", "NX", "PXAT", keep_until_ms
+            )
         except self._redis_error as err:
             raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
-        return bool(stored)
+        return stored is not None
+
+    def _check_server(self) -> None:
+        before = time.time()
+        seconds, micros = self._client.time()
+        after = time.time()
+        memory = self._client.info("memory")
+        if memory.get("maxmemory") and memory.get("maxmemory_policy") != "noeviction":
+            raise ReplayStoreError(
+                f"replay store {self._shown()}: the server may evict keys before they expire "
+                f"(maxmemory {memory.get('maxmemory')}, maxmemory-policy "
+                f"{memory.get('maxmemory_policy')}); set maxmemory-policy noeviction"
+            )
+        self._offset = seconds + micros / 1e6 - (before + after) / 2
+        self._checked_at = time.monotonic()
 
     def _shown(self) -> str:
         from urllib.parse import urlsplit
@@ -239,15 +377,32 @@ def _prepare_private_file(path: Path) -> None:
         )
 
 
-def open_store(url: str) -> ReplayStore:
-    """The store a URL names: ``memory:``, ``sqlite:///path`` or ``redis://host:port/db``."""
+def open_store(
+    url: str, *, max_skew: float = DEFAULT_MAX_SKEW, horizon: float = DEFAULT_HORIZON
+) -> ReplayStore:
+    """The store a URL names: ``memory:``, ``sqlite:///path[?timeout=S]`` or ``redis://...``."""
     if url in ("memory:", "memory://"):
-        return MemoryStore()
+        return MemoryStore(max_skew=max_skew, horizon=horizon)
     if url.startswith("sqlite://"):
-        path = url[len("sqlite://") :]
+        path, _, query = url[len("sqlite://") :].partition("?")
         if not path.startswith("/") or path == "/":
             raise ValueError(f"{url!r}: write sqlite:///relative.db or sqlite:////absolute.db")
-        return SqliteStore(path[1:])
+        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        unknown = sorted(set(options) - {"timeout"})
+        if unknown:
+            raise ValueError(f"{url!r}: unknown option {unknown[0]!r}; the one option is timeout")
+        timeout = _seconds(options.get("timeout", "10"), url)
+        return SqliteStore(path[1:], max_skew=max_skew, horizon=horizon, timeout=timeout)
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStore(url)
+        return RedisStore(url, max_skew=max_skew, horizon=horizon)
     raise ValueError(f"unknown replay store {url!r}: use memory:, sqlite:///PATH or redis://HOST")
+
+
+def _seconds(text: str, url: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 3600):
+        raise ValueError(f"{url!r}: timeout must be a number of seconds from 0 to 3600")
+    return value

@@ -25,6 +25,7 @@ from .envelopes import refuse_to_mint
 from .errors import (
     BadSignature,
     InvalidToken,
+    LifetimeBeyondStore,
     MalformedToken,
     OversizedToken,
     Replayed,
@@ -272,7 +273,14 @@ def _verified(
     if once is not None:
         from .replay import token_key
 
-        if not once.redeem(token_key(claims.jti, text), claims.exp, now=moment):
+        exp = claims.exp
+        if exp is None or not exp - moment <= once.horizon:
+            raise LifetimeBeyondStore(
+                "single use refused: this token "
+                + ("never expires" if exp is None else f"lives {exp - moment:.0f} s more")
+                + f", beyond the {once.horizon:.0f} s the replay store remembers"
+            )
+        if not once.redeem(token_key(claims.jti, text), exp, now=moment):
             raise Replayed("replayed: this requestState was already redeemed")
     return claims
 

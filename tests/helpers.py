@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from mrtr_state.cli import cli
@@ -179,3 +183,62 @@ class ProxyProcess:
         assert self.process.stderr is not None
         self.process.stderr.close()
         return code
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A redis-server of this test's own (to stop, reconfigure or kill), else skip."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary: install Debian's redis-server to run the Redis tests")
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield server, f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def synthetic_capture(
+    keyset: Any, exchanges: int, *, start: float, step: float, retry: bool = True
+) -> Iterator[str]:
+    """A capture of ``exchanges`` sound exchanges (request, input_required, retry, result), one
+    message every ``step`` seconds, tokens minted for each request at its time (aead)."""
+    import mrtr_state as ms
+
+    ts = start
+    for n in range(exchanges):
+        arguments = {"n": n}
+        params = {"name": "pay", "arguments": arguments}
+        token = ms.mint(
+            keyset, {"n": n}, method="tools/call", target="pay", arguments=arguments, now=ts
+        )
+        messages: list[tuple[str, dict[str, Any]]] = [
+            ("c2s", {"id": 2 * n, "method": "tools/call", "params": params}),
+            (
+                "s2c",
+                {"id": 2 * n, "result": {"resultType": "input_required", "requestState": token}},
+            ),
+        ]
+        if retry:
+            retried = {**params, "requestState": token, "inputResponses": {}}
+            messages.append(("c2s", {"id": 2 * n + 1, "method": "tools/call", "params": retried}))
+            messages.append(("s2c", {"id": 2 * n + 1, "result": {"content": []}}))
+        for direction, message in messages:
+            wrapped = {"ts": ts, "dir": direction, "msg": {"jsonrpc": "2.0", **message}}
+            yield json.dumps(wrapped, separators=(",", ":"))
+            ts += step

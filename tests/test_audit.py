@@ -15,8 +15,8 @@ import mrtr_state as ms
 from mrtr_state.audit import audit_capture
 from mrtr_state.keyset import Key
 
-from .conftest import shared_vector
-from .helpers import run
+from .conftest import NOW, shared_vector
+from .helpers import run, synthetic_capture
 
 
 def capture() -> list[dict[str, Any]]:
@@ -340,3 +340,71 @@ def test_an_oversized_capture_line_is_a_finding_through_the_cli(tmp_path: Path) 
         out.write('{"jsonrpc":"2.0","id":1,"result":{}}\n')
     result = run("audit", "--json", str(big), code=1)  # no keyset: structure only
     assert json.loads(result.stdout)["findings_by_kind"] == {"unparseable_line": 1}
+
+
+# --- long captures: memory bounded by the ttl window ------------------------------------------
+
+WINDOW = ms.DEFAULT_POLICY.lifetime_cap + ms.DEFAULT_POLICY.skew
+
+
+def _memory_high_water(lines: Iterator[str] | list[str], **extra: Any) -> tuple[Any, int]:
+    """Audit, and the most exchanges and issued states held at once (read as it runs)."""
+    import mrtr_state.audit as audit_module
+
+    high = 0
+    original = audit_module._Memory.forget
+
+    def watched(self: Any, ts: float | None) -> None:
+        nonlocal high
+        original(self, ts)
+        high = max(high, len(self.pending), len(self.issued))
+
+    audit_module._Memory.forget = watched  # type: ignore[method-assign]
+    try:
+        report = audit_capture(lines, **extra)
+    finally:
+        audit_module._Memory.forget = original  # type: ignore[method-assign]
+    return report, high
+
+
+def test_a_long_timestamped_capture_holds_only_the_ttl_window() -> None:
+    keyset = ms.Keyset.generate(now=NOW - 3600)
+    step = 10.0  # 4 messages per exchange: 40 s each, so the window holds ~92 exchanges
+    lines = synthetic_capture(keyset, 1000, start=NOW, step=step, retry=False)
+    report, high = _memory_high_water(lines, keyset=keyset)
+    assert report.exchanges == 1000 and report.unanswered == 1000
+    assert high <= WINDOW / (2 * step) + 2  # never answered: only the window's worth is held
+
+
+def test_a_bare_capture_holds_at_most_max_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mrtr_state.audit as audit_module
+
+    monkeypatch.setattr(audit_module, "MAX_REMEMBERED", 50)
+    keyset = ms.Keyset.generate(now=NOW - 3600)
+    bare = [
+        json.dumps(json.loads(line)["msg"])
+        for line in synthetic_capture(keyset, 400, start=NOW, step=0.01, retry=False)
+    ]
+    report, high = _memory_high_water(bare, keyset=keyset, now=NOW)
+    assert report.unanswered == 400 and high <= 51
+
+
+def test_a_retry_after_its_exchange_was_forgotten_is_still_verified() -> None:
+    keyset = ms.Keyset.generate(now=NOW - 3600)
+    first = list(synthetic_capture(keyset, 1, start=NOW, step=1.0))
+    late = [json.loads(line) for line in first]
+    late[2]["ts"] = late[3]["ts"] = NOW + WINDOW + 100  # the retry two hours later
+    filler = list(synthetic_capture(keyset, 1, start=NOW + WINDOW + 50, step=1.0))
+    lines = [*first[:2], filler[0], *[json.dumps(e) for e in late[2:]]]
+    report = audit_capture(lines, keyset=keyset)
+    assert report.by_kind() == {"state_expired": 1}
+    assert report.findings[0].lines == (4,)  # the retry's line: its first round is forgotten
+    assert report.unanswered == 1  # the forgotten exchange (the filler is a request only)
+
+
+def test_a_retry_whose_first_round_precedes_the_capture_has_its_token_verified() -> None:
+    keyset = ms.Keyset.generate(now=NOW - 3600)
+    lines = list(synthetic_capture(keyset, 1, start=NOW, step=1.0))
+    assert audit_capture(lines[2:], keyset=keyset).clean  # a sound token: nothing to say
+    other = ms.Keyset.generate(now=NOW - 3600)
+    assert audit_capture(lines[2:], keyset=other).by_kind() == {"state_invalid": 1}

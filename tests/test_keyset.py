@@ -211,3 +211,11 @@ def test_new_keyset_folders_are_private(tmp_path: Path) -> None:
     ms.Keyset.generate().save(path)
     assert stat.S_IMODE(path.parent.stat().st_mode) & 0o077 == 0
     assert stat.S_IMODE(os.stat(str(path) + ".lock").st_mode) == 0o600
+
+
+def test_a_keyset_generated_at_a_fractional_time_saves_and_loads(tmp_path: Path) -> None:
+    """Found while benchmarking: now=1.8e9 wrote float times that the loader then refused."""
+    keyset = ms.Keyset.generate(now=1_800_000_000.7)  # type: ignore[arg-type]
+    keyset.save(tmp_path / "keyset.json")
+    loaded = ms.Keyset.load(tmp_path / "keyset.json")
+    assert {key.since["primary"] for key in loaded if "primary" in key.since} == {1_800_000_000}

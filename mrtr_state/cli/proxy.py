@@ -167,7 +167,9 @@ def proxy_cmd(
         audience=settings.audience,
         ttl=settings.policy.ttl,
         policy=settings.policy,
-        once=open_store(replay_store) if once and replay_store else None,
+        once=open_store(replay_store, max_skew=settings.max_skew)
+        if once and replay_store
+        else None,
         log=log,
         metrics=metrics,
     )

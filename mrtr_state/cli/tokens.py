@@ -203,7 +203,7 @@ def verify_cmd(
     if once:
         from ..replay import open_store
 
-        store = open_store(settings.replay_store)
+        store = open_store(settings.replay_store, max_skew=settings.max_skew)
 
     stated = {
         "principal": principal,

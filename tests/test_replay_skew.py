@@ -1,0 +1,433 @@
+"""Replay stores under skewed clocks, at their bounds, on hostile files, failing mid-batch.
+
+Two "replicas" share one store and judge time by clocks that differ (an injected ``now``); no
+difference up to ``max_skew`` may make the store forget a token the other would still accept.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mrtr_state as ms
+from mrtr_state.replay import (
+    SQLITE_APPLICATION_ID,
+    MemoryStore,
+    RedisStore,
+    ReplayStore,
+    SqliteStore,
+    open_store,
+)
+
+from .conftest import NOW
+from .helpers import CLEAN_ENV, private_redis
+
+SKEW = 300.0  # the default bound
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    with private_redis() as server:
+        yield server
+
+
+def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest, **bounds: Any) -> Any:
+    if kind == "memory":
+        return MemoryStore(**bounds)
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "replay.db", **bounds)
+    return RedisStore(request.getfixturevalue("redis_server")[1], **bounds)
+
+
+def _two_replicas(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    """Two replicas' handles on one store (one MemoryStore is what two threads would share)."""
+    first = _store(kind, tmp_path, request)
+    if kind == "memory":
+        return first, first
+    return first, _store(kind, tmp_path, request)
+
+
+# --- clock skew: the issue's two findings ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_fast_replica_purging_cannot_reopen_a_token_a_correct_replica_still_accepts(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Found in review: a replica 300 s fast purged an entry the correct replica still needed."""
+    correct, fast = _two_replicas(kind, tmp_path, request)
+    true_now = NOW
+    exp = true_now + 60
+    assert correct.redeem("jti:pay", exp, now=true_now)
+    # the fast replica, 300 s ahead, keeps redeeming other tokens (each call may purge), until
+    # the correct clock reaches the token's last acceptable second
+    for step in range(0, 60, 2):
+        for n in range(300):  # past the SQLite store's purge interval of 256 writes
+            assert fast.redeem(f"jti:other-{step}-{n}", exp + 10_000, now=true_now + step + SKEW)
+        if kind == "sqlite":
+            fast.purge(now=true_now + step + SKEW)
+        # the correct replica, whose clock says the token is still live, must refuse it
+        assert not correct.redeem("jti:pay", exp, now=true_now + step)
+    assert not correct.redeem("jti:pay", exp, now=exp - 0.001)
+    # once no clock within the bound can accept it, the entry may go (and the token is expired)
+    assert fast.redeem("jti:pay", exp + 10_000, now=exp + SKEW)
+
+
+def test_a_slow_replica_after_a_fast_one_purged_sees_the_token_as_expired(
+    tmp_path: Path,
+) -> None:
+    """The purge horizon is exp + max_skew by the purging clock: a clock at most max_skew behind
+    reads the token as expired at that moment, so forgetting it lets nothing through."""
+    store = SqliteStore(tmp_path / "replay.db")
+    exp = NOW + 60
+    assert store.redeem("jti:t", exp, now=NOW)
+    store.purge(now=exp + SKEW)  # the fast replica: exactly max_skew past exp
+    assert store.count() == 0
+    keyset = ms.Keyset.generate()
+    token = ms.mint(keyset, "x", ttl=60, now=NOW)
+    with pytest.raises(ms.ExpiredToken):  # the slow replica's verify, at exp on its own clock
+        ms.verify(keyset, token, now=exp, once=store)
+
+
+def test_redis_keeps_an_entry_until_an_absolute_time_whatever_the_redeeming_clock(
+    redis_server: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    """Found in review: a replica 300 s fast wrote a TTL of 121 s for a token with 299 s left.
+
+    The entry's expiry is exp + max_skew as an absolute time, so the redeeming replica's clock
+    does not enter it: a fast and a slow replica write the same expiry, judged by Redis.
+    """
+    import redis
+
+    client = redis.Redis.from_url(redis_server[1])
+    true_now = time.time()
+    exp = true_now + 299
+    fast, slow = RedisStore(redis_server[1]), RedisStore(redis_server[1])
+    assert fast.redeem("jti:fast", exp, now=true_now + 298)  # on its clock: 1 s left
+    assert slow.redeem("jti:slow", exp, now=true_now - 298)
+    expected = int(-(-(exp + SKEW) * 1000 // 1))
+    for key in ("jti:fast", "jti:slow"):
+        assert client.pexpiretime(RedisStore.PREFIX + key) == expected
+    # the correct replica, one second before exp on its clock: still refused
+    correct = RedisStore(redis_server[1])
+    assert not correct.redeem("jti:fast", exp, now=exp - 1)
+
+
+def test_redis_refuses_to_promise_single_use_when_the_clocks_disagree_beyond_the_bound(
+    redis_server: tuple[subprocess.Popen[bytes], str], keyset: ms.Keyset
+) -> None:
+    store = RedisStore(redis_server[1], max_skew=30)
+    now = time.time()
+    assert store.redeem(f"jti:near-{now}", now + 100, now=now + 29)  # within the bound
+    for off in (+31, -31, +3600):
+        with pytest.raises(ms.ReplayStoreError, match=r"beyond max_skew 30 s.*NTP"):
+            store.redeem(f"jti:far-{now}-{off}", now + 7200, now=now + off)
+    token = ms.mint(keyset, "x", ttl=60, now=now + 600)  # a verifier whose clock is 10 min fast
+    with pytest.raises(ms.ReplayStoreError) as caught:
+        ms.verify(keyset, token, now=now + 600, once=store)
+    assert caught.value.exit_code == 6
+
+
+def test_redis_that_may_evict_keys_is_refused(
+    redis_server: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_server[1])
+    client.config_set("maxmemory", "512mb")
+    try:
+        client.config_set("maxmemory-policy", "volatile-lru")  # our keys all have a TTL
+        with pytest.raises(ms.ReplayStoreError, match=r"may evict keys.*noeviction"):
+            RedisStore(redis_server[1]).redeem("jti:e", time.time() + 60, now=time.time())
+        client.config_set("maxmemory-policy", "noeviction")
+        assert RedisStore(redis_server[1]).redeem("jti:e", time.time() + 60, now=time.time())
+    finally:
+        client.config_set("maxmemory", "0")
+
+
+# --- every backend agrees with the model of what single use means -----------------------------
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),  # the key
+        st.floats(0, 700, allow_nan=False),  # the token's lifetime left at that moment
+        st.floats(0, 200, allow_nan=False),  # how far the clock moved on since the last call
+    ),
+    max_size=60,
+)
+
+
+def _model_run(ops: list[tuple[str, float, float]], store: ReplayStore) -> None:
+    """Accepted iff the token is unexpired and no entry of the key has exp > now - max_skew."""
+    held: dict[str, float] = {}
+    now = float(NOW)
+    for key, left, moved in ops:
+        now += moved
+        exp = now + left
+        expected = now < exp and not (key in held and held[key] > now - store.max_skew)
+        assert store.redeem("jti:" + key, exp, now=now) is expected, (key, exp, now, held)
+        if expected:
+            held[key] = exp
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_the_memory_store_is_the_model(ops: list[tuple[str, float, float]]) -> None:
+    _model_run(ops, MemoryStore())
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OPS)
+def test_the_sqlite_store_is_the_model(ops: list[tuple[str, float, float]]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = SqliteStore(Path(folder) / "replay.db")
+        _model_run(ops, store)
+        store.close()
+
+
+def test_sixteen_threads_racing_on_one_memory_store_redeem_exactly_once() -> None:
+    store = MemoryStore()
+    for round_number in range(25):
+        barrier = threading.Barrier(16)
+        outcomes: list[bool] = []
+
+        def race(
+            key: str = f"jti:{round_number}",
+            barrier: threading.Barrier = barrier,
+            outcomes: list[bool] = outcomes,
+        ) -> None:
+            barrier.wait()
+            outcomes.append(store.redeem(key, NOW + 60, now=NOW))
+
+        threads = [threading.Thread(target=race) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert outcomes.count(True) == 1
+
+
+def test_the_memory_store_forgets_lapsed_entries_as_it_goes() -> None:
+    store = MemoryStore(max_skew=10)
+    for n in range(1000):
+        assert store.redeem(f"jti:{n}", NOW + 5, now=NOW)
+    assert len(store) == 1000
+    assert store.redeem("jti:late", NOW + 100, now=NOW + 15)  # all 1,000 lapsed at NOW + 15
+    assert len(store) == 1
+
+
+# --- the horizon: what a store can remember ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+def test_a_token_outliving_the_store_horizon_is_refused_not_recorded(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, keyset: ms.Keyset
+) -> None:
+    store = _store(kind, tmp_path, request, horizon=120)
+    now = float(int(time.time()))  # tokens carry whole seconds
+    token = ms.mint(keyset, "x", ttl=600, now=now)
+    with pytest.raises(ms.LifetimeBeyondStore, match=r"lives 600 s more, beyond the 120 s") as c:
+        ms.verify(keyset, token, now=now, once=store)
+    assert c.value.exit_code == 1 and c.value.code == "lifetime_beyond_store"
+    short = ms.mint(keyset, "x", ttl=120, now=now)
+    ms.verify(keyset, short, now=now, once=store)
+    with pytest.raises(ms.Replayed):
+        ms.verify(keyset, short, now=now, once=store)
+    ms.verify(keyset, token, now=now)  # without single use the token is fine
+
+
+def test_a_token_that_never_expires_cannot_be_single_use() -> None:
+    """rmcp's expiry 0, accepted with ttl_cap none, would have to be remembered forever."""
+    from .test_sdk_vectors import RMCP, _rmcp_keyset
+
+    never = next(c for c in RMCP if c["name"] == "no_ad_no_ttl_expiry_zero")
+    keyset, uncapped = _rmcp_keyset(never), ms.Policy(ttl_cap=None)
+    assert ms.verify(keyset, never["token"], policy=uncapped).exp is None
+    with pytest.raises(ms.LifetimeBeyondStore, match="never expires"):
+        ms.verify(keyset, never["token"], policy=uncapped, once=MemoryStore())
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan")])
+def test_store_bounds_are_checked(bad: float, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_skew"):
+        MemoryStore(max_skew=bad)
+    with pytest.raises(ValueError, match="horizon"):
+        SqliteStore(tmp_path / "r.db", horizon=bad)
+    with pytest.raises(ValueError, match="horizon must be positive"):
+        MemoryStore(horizon=0)
+
+
+# --- SQLite files that are not ours --------------------------------------------------------------
+
+
+def test_a_foreign_sqlite_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users (name TEXT)")
+    db.execute("INSERT INTO users VALUES ('alice')")
+    db.commit()
+    db.close()
+    path.chmod(0o600)
+    before = path.read_bytes()
+    with pytest.raises(ms.ReplayStoreError, match=r"not a mrtr-state replay store.*users"):
+        open_store(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
+    ids=["text", "damaged-header"],
+)
+def test_a_corrupt_sqlite_file_is_refused_and_never_truncated(
+    content: bytes, tmp_path: Path
+) -> None:
+    path = tmp_path / "replay.db"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    with pytest.raises(ms.ReplayStoreError, match=r"cannot open: .*(not a database|malformed)"):
+        SqliteStore(path)
+    assert path.read_bytes() == content
+
+
+def test_a_store_of_a_future_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "replay.db"
+    SqliteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 3")
+    db.close()
+    with pytest.raises(ms.ReplayStoreError, match="not a mrtr-state replay store"):
+        SqliteStore(path)
+
+
+def test_a_first_version_store_is_adopted_with_its_entries(tmp_path: Path) -> None:
+    path = tmp_path / "replay.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS redeemed (key TEXT PRIMARY KEY, expires_at REAL NOT NULL)"
+    )
+    db.execute("INSERT INTO redeemed VALUES ('jti:old', ?)", (NOW + 180,))
+    db.commit()
+    db.close()
+    path.chmod(0o600)
+    store = SqliteStore(path)
+    assert not store.redeem("jti:old", NOW + 60, now=NOW)  # still remembered
+    marks = sqlite3.connect(path)
+    assert marks.execute("PRAGMA application_id").fetchone()[0] == SQLITE_APPLICATION_ID
+    indexes = marks.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+    assert ("redeemed_by_expiry",) in indexes
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["sqlite:///r.db?timeout=abc", "sqlite:///r.db?timeout=-1", "sqlite:///r.db?wal=off"],
+)
+def test_sqlite_url_options_are_checked(url: str) -> None:
+    with pytest.raises(ValueError, match=r"timeout|unknown option"):
+        open_store(url)
+
+
+# --- faults in the middle of a batch: fail closed, keep what was answered ---------------------
+
+
+def _batch(
+    keyset_path: Path, store_url: str, tokens: list[str], fault: Any
+) -> tuple[int, str, str]:
+    """Run ``verify --once -``: the first half of the tokens, then the fault, then the rest."""
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mrtr_state",
+            "--keyset",
+            str(keyset_path),
+            "verify",
+            "--once",
+            "--replay-store",
+            store_url,
+            "-",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    half = len(tokens) // 2
+    process.stdin.write("".join(t + "\n" for t in tokens[:half]).encode())
+    process.stdin.flush()
+    answered = [process.stdout.readline() for _ in range(half)]
+    fault()
+    out, err = process.communicate("".join(t + "\n" for t in tokens[half:]).encode(), timeout=60)
+    return process.returncode, b"".join(answered).decode() + out.decode(), err.decode()
+
+
+@pytest.fixture
+def batch_keyset(tmp_path: Path) -> tuple[Path, list[str]]:
+    keyset = ms.Keyset.generate()
+    path = tmp_path / "keyset.json"
+    keyset.save(path)
+    return path, [ms.mint(keyset, n) for n in range(10)]
+
+
+def test_redis_going_away_mid_batch_fails_closed_after_the_answers_given(
+    batch_keyset: tuple[Path, list[str]],
+) -> None:
+    path, tokens = batch_keyset
+    with private_redis() as (server, url):
+        code, out, err = _batch(path, url, tokens, server.kill)
+    assert code == 6
+    assert out.splitlines() == [str(n) for n in range(5)]
+    assert err.startswith("error: replay store redis://127.0.0.1:")
+
+
+def test_redis_turning_read_only_mid_batch_fails_closed(
+    batch_keyset: tuple[Path, list[str]],
+) -> None:
+    import redis
+
+    path, tokens = batch_keyset
+    with private_redis() as (_server, url):
+        client = redis.Redis.from_url(url)
+        # a primary demoted to a replica (of nothing reachable) refuses every write
+        code, out, err = _batch(path, url, tokens, lambda: client.replicaof("127.0.0.1", "1"))
+    assert code == 6
+    assert out.splitlines() == [str(n) for n in range(5)]
+    assert "READONLY" in err or "read only" in err
+
+
+def test_sqlite_locked_by_another_writer_mid_batch_fails_closed(
+    batch_keyset: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    path, tokens = batch_keyset
+    db_path = tmp_path / "replay.db"
+    SqliteStore(db_path).close()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+
+    def lock() -> None:
+        holder.execute("BEGIN EXCLUSIVE")
+
+    try:
+        code, out, err = _batch(path, f"sqlite:///{db_path}?timeout=0.3", tokens, lock)
+    finally:
+        holder.close()
+    assert code == 6
+    assert out.splitlines() == [str(n) for n in range(5)]
+    assert "database is locked" in err
+    # what was answered was recorded: the tokens stay redeemed once the lock is gone
+    store = SqliteStore(db_path)
+    assert store.count() == 5
