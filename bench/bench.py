@@ -508,12 +508,14 @@ def replay_rates(keyset: ms.Keyset) -> dict[str, float]:
 
             stores["redis"] = RedisStore(redis_server[1])
         try:
-            for name, store in stores.items():
-                tokens = [ms.mint(keyset, STATE, **BINDING) for _ in range(count)]
-                started = time.perf_counter()
-                for token in tokens:
-                    ms.verify(keyset, token, once=store, **BINDING)
-                rates[name] = count / (time.perf_counter() - started)
+            for _round in range(3):  # interleaved rounds, best of each: one pass is too noisy
+                for name, store in stores.items():
+                    tokens = [ms.mint(keyset, STATE, **BINDING) for _ in range(count)]
+                    started = time.perf_counter()
+                    for token in tokens:
+                        ms.verify(keyset, token, once=store, **BINDING)
+                    rate = count / (time.perf_counter() - started)
+                    rates[name] = max(rates.get(name, 0.0), rate)
         finally:
             if redis_server is not None:
                 redis_server[0].terminate()
