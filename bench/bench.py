@@ -750,6 +750,9 @@ def main() -> None:
     )
     cli = cli_rows(keyset, aead_verify)
     at_scale = single_use_at_scale()
+    import kek_startup
+
+    kek_start = kek_startup.main()
     machine = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -796,6 +799,7 @@ def main() -> None:
         "cli": cli,
         "state_sizes": sized,
         "single_use_at_scale": at_scale,
+        "encrypted_keyset_startup": kek_start,
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     summary = (

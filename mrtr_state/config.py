@@ -18,6 +18,7 @@ working folder.
     rotate_every = "30d"   # how long a primary mints before rotate replaces it
     replay_store = "sqlite:////var/lib/mcp/replay.db"   # for verify --once
     max_skew = "5m"        # the most two replicas' (or the store's) clocks may differ
+    kek = "passphrase:file:/run/secrets/keyset-passphrase"   # opens an encrypted keyset
 
 A keyset may also come inline from ``MRTR_STATE_KEYSET_JSON`` (containers that get secrets through
 the environment). It beats a keyset path from the environment or the file, not ``--keyset``, and
@@ -54,7 +55,7 @@ _DEFAULT_KEYSET_FILE = os.path.join("keys", "keyset.json")
 DEFAULT_CONFIG_NAME = "mrtr-state.toml"
 _INTEGERS = ("max_size",)
 _DURATIONS = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every", "max_skew")
-_TEXTS = ("keyset", "format", "audience", "replay_store")
+_TEXTS = ("keyset", "format", "audience", "replay_store", "kek")
 _KNOWN = frozenset({*_TEXTS, *_INTEGERS, *_DURATIONS})
 KEYSET_JSON_ENV = "MRTR_STATE_KEYSET_JSON"
 ENV_PREFIX = "MRTR_STATE_"
@@ -82,6 +83,7 @@ class Settings:
         "audience",
         "config_file",
         "format",
+        "kek",
         "keyset_file",
         "keyset_is_default",
         "keyset_json",
@@ -108,6 +110,9 @@ class Settings:
     #: The most two clocks that judge one token may differ: replay stores keep entries this long
     #: past a token's expiry.
     max_skew: int
+    #: The URI of the KEK that opens an encrypted keyset (and that a plain one is refused
+    #: under), or None.
+    kek: str | None
     #: Where each setting that was given came from: "--flag", "MRTR_STATE_X" or the config file.
     sources: Mapping[str, str]
 
@@ -126,6 +131,7 @@ class Settings:
         keyset_json: str | None = None,
         replay_store: str = "memory:",
         max_skew: int = DEFAULT_MAX_SKEW,
+        kek: str | None = None,
         sources: Mapping[str, str] | None = None,
     ) -> None:
         values = {
@@ -141,6 +147,7 @@ class Settings:
             "keyset_json": keyset_json,
             "replay_store": replay_store,
             "max_skew": max_skew,
+            "kek": kek,
             "sources": {} if sources is None else sources,
         }
         for name, value in values.items():
@@ -227,6 +234,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name in _KNOWN:
         value = env.get(ENV_PREFIX + name.upper())
+        if name == "kek" and value is not None and not value.strip():
+            # an empty KEK must not quietly mean "no KEK": a Secret that failed to mount would
+            # otherwise let a plain keyset through where an encrypted one is required
+            raise ConfigError(f"{ENV_PREFIX}KEK is set but empty; unset it or give a KEK URI")
         if value is None or value == "":
             continue
         if name in _INTEGERS:
@@ -333,5 +344,6 @@ def load_settings(
         keyset_json=None if flagged else inline,
         replay_store=merged.get("replay_store", "memory:"),
         max_skew=merged.get("max_skew", DEFAULT_MAX_SKEW),
+        kek=merged.get("kek"),
         sources=sources,
     )

@@ -27,6 +27,9 @@ __all__ = [
     "ExpiredToken",
     "InvalidClaims",
     "InvalidToken",
+    "KekRefused",
+    "KekRequired",
+    "KekUnavailable",
     "KeyRetired",
     "KeysetError",
     "KeysetExists",
@@ -34,6 +37,7 @@ __all__ = [
     "KeysetLocked",
     "KeysetNotFound",
     "KeysetPermissions",
+    "KeysetTampered",
     "LifetimeBeyondStore",
     "MalformedToken",
     "MrtrStateError",
@@ -199,6 +203,34 @@ class KeysetLocked(KeysetError):
     """Another writer held the keyset lock for too long."""
 
     code = "keyset_locked"
+
+
+class KeysetTampered(KeysetInvalid):
+    """An encrypted keyset whose metadata (key ids, statuses, algorithms, times, the KEK record)
+    or secrets fail authentication: someone changed the file without the key-encryption key."""
+
+    code = "keyset_tampered"
+
+
+class KekRequired(KeysetError):
+    """An encrypted keyset with no KEK configured, or a plain keyset where one is configured (a
+    keyset swapped for a plain one must not be accepted as if nothing happened)."""
+
+    code = "kek_required"
+
+
+class KekUnavailable(KeysetError):
+    """The key-encryption key cannot be used: an unset variable, an unreadable file, a helper
+    that fails, an HSM without the object or with another PIN, a library not installed."""
+
+    code = "kek_unavailable"
+
+
+class KekRefused(KeysetError):
+    """The KEK was reached but does not open this keyset's data key: a wrong passphrase, another
+    KEK, or a wrapped data key taken from elsewhere."""
+
+    code = "kek_refused"
 
 
 class NoPrimaryKey(KeysetError):

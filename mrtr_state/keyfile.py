@@ -46,6 +46,7 @@ __all__ = [
     "keyset_lock",
     "permission_problem",
     "read_keyset_file",
+    "read_private_file",
     "stamp",
     "write_keyset_text",
 ]
@@ -158,17 +159,17 @@ def permission_problem(mode: int, owner: int, euid: int) -> str | None:
     if owner not in (0, euid):
         return (
             f"belongs to uid {owner}, neither the user running mrtr-state (uid {euid}) nor root; "
-            f"a keyset must be owned by one of them"
+            f"a keyset (or a KEK's passphrase or PIN) must be owned by one of them"
         )
     loose = _describe_access(bits & (0o037 if owner == 0 else 0o077))
     if owner == 0:
         return (
-            f"has mode {bits:04o} (owner root), {loose}; a root-owned keyset may be at most "
+            f"has mode {bits:04o} (owner root), {loose}; a root-owned secret file may be at most "
             "group-readable: 0640 or 0440"
         )
     return (
-        f"has mode {bits:04o} (owner uid {owner}), {loose}; a keyset owned by the user running "
-        "mrtr-state must be 0600 or 0400"
+        f"has mode {bits:04o} (owner uid {owner}), {loose}; a secret file owned by the user "
+        "running mrtr-state must be 0600 or 0400"
     )
 
 
@@ -191,34 +192,57 @@ def read_keyset_file(path: str | os.PathLike[str]) -> tuple[str, Stamp]:
     checked is exactly what is read, even while a Kubernetes swap replaces it.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        data, info = _read_private(path, "keyset", MAX_KEYSET_BYTES)
     except FileNotFoundError:
         raise KeysetNotFound(
             f"no keyset at {path}; create one with: mrtr-state keys init (or pass --keyset)"
         ) from None
-    except OSError as err:
-        raise KeysetPermissions(f"cannot read keyset {path}: {err.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        shown = _shown(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise KeysetPermissions(f"keyset {shown} is not a regular file")
-        problem = permission_problem(info.st_mode, info.st_uid, os.geteuid())
-        if problem is not None:
-            raise KeysetPermissions(f"keyset {shown} {problem}; {_fix(path, info.st_uid)}")
-        if info.st_size > MAX_KEYSET_BYTES:
-            raise KeysetPermissions(
-                f"keyset {shown} is {info.st_size} bytes, over the {MAX_KEYSET_BYTES}-byte limit; "
-                "prune retired keys"
-            )
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_KEYSET_BYTES + 1)
-    finally:
-        os.close(fd)
     try:
         return data.decode("utf-8"), _stamp_of(info)
     except UnicodeDecodeError:
         raise KeysetInvalid(f"keyset {path} is not UTF-8 text") from None
+
+
+def read_private_file(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
+    """The bytes of a secret file other than the keyset (a passphrase, an HSM PIN), under the
+    keyset's permission rule: a secret that others can read protects nothing."""
+    try:
+        return _read_private(path, what, limit)[0]
+    except FileNotFoundError:
+        raise KeysetNotFound(f"no {what} at {path}") from None
+
+
+def _read_private(
+    path: str | os.PathLike[str], what: str, limit: int
+) -> tuple[bytes, os.stat_result]:
+    """Open ``path`` (following symlinks), judge the file reached through its descriptor by the
+    permission rule and size ``limit``, and read it. ``FileNotFoundError`` passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise KeysetPermissions(f"cannot read {what} {path}: {err.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        shown = _shown(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise KeysetPermissions(f"{what} {shown} is not a regular file")
+        problem = permission_problem(info.st_mode, info.st_uid, os.geteuid())
+        if problem is not None:
+            raise KeysetPermissions(f"{what} {shown} {problem}; {_fix(path, info.st_uid)}")
+        if info.st_size > limit:
+            raise KeysetPermissions(
+                f"{what} {shown} is {info.st_size} bytes, over the {limit}-byte limit"
+                + ("; prune retired keys" if what == "keyset" else "")
+            )
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew between the check and the read
+        raise KeysetPermissions(f"{what} {path} is over the {limit}-byte limit")
+    return data, info
 
 
 def _fix(path: str | os.PathLike[str], owner: int) -> str:

@@ -25,6 +25,9 @@ from . import algorithms as _algorithms
 from . import keyfile
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
 from .errors import (
+    KekRefused,
+    KekRequired,
+    KekUnavailable,
     KeyRetired,
     KeysetError,
     KeysetInvalid,
@@ -37,6 +40,9 @@ from .errors import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .encrypted_keyset import Sealing
+    from .kek import Kek
+
 __all__ = ["ALGORITHMS", "OWN_ALGORITHMS", "STATUSES", "Key", "Keyset", "derived_kid"]
 
 # The algorithm table lives in its own module; re-exported for callers of the keyset.
@@ -47,6 +53,10 @@ derived_kid = _algorithms.derived_kid
 secret_length_ok = _algorithms.secret_length_ok
 
 T = TypeVar("T")
+
+#: After a KEK failed to open a changed keyset file, how long before it is asked again about
+#: the same file (a changed file is tried at once).
+KEK_RETRY_SECONDS = 30.0
 
 
 def _log() -> Any:
@@ -303,19 +313,41 @@ def _keep_prepared(key: Key, before: Key | None) -> Key:
 class _FileWatch:
     """Where a loaded keyset came from, and when to look at that file again."""
 
-    __slots__ = ("failures", "interval", "lock", "next_check", "path", "problem", "stamp")
+    __slots__ = (
+        "failures",
+        "interval",
+        "kek",
+        "kek_failed",
+        "lock",
+        "next_check",
+        "path",
+        "problem",
+        "stamp",
+    )
 
-    def __init__(self, path: str, stamp: keyfile.Stamp, interval: float) -> None:
+    def __init__(
+        self, path: str, stamp: keyfile.Stamp, interval: float, kek: Kek | None = None
+    ) -> None:
         self.path = path
+        self.kek = kek
         self.stamp = stamp
         self.interval = interval
         self.next_check = time.monotonic() + interval
         self.lock = threading.Lock()
         self.problem: KeysetError | None = None
         self.failures = 0
+        #: (file stamp, monotonic time of the next attempt) after the KEK failed on that file:
+        #: a KEK is not asked again every interval (scrypt's cost, a KMS's quota)
+        self.kek_failed: tuple[keyfile.Stamp | None, float] | None = None
 
     def refresh(self, keyset: Keyset, *, wait: bool) -> bool:
         """Re-read the file if it changed; True if ``keyset`` now holds a new version.
+
+        A request's look (``wait`` False) never waits on a KEK: a new encrypted file whose data
+        key was not opened before (a rewrap) is left to the next look that may wait
+        (:meth:`Keyset.check`, :meth:`Keyset.reload`; the proxy makes one every second in a
+        thread). After the KEK fails on a file, it is asked again only when the file changes or
+        :data:`KEK_RETRY_SECONDS` have passed; the failure is reported meanwhile.
 
         A file that cannot be used (missing for a moment during a swap, half-written, invalid,
         loosened permissions) never replaces the good version in memory, and is never silent:
@@ -328,20 +360,36 @@ class _FileWatch:
             return False  # another thread is reading the file right now
         try:
             self.next_check = time.monotonic() + self.interval
-            if keyfile.stamp(self.path) == self.stamp:
+            current = keyfile.stamp(self.path)
+            if current == self.stamp:
                 self._recovered(keyset, changed=False)
                 return False
+            from .encrypted_keyset import NeedsKek
+
             try:
+                failed = self.kek_failed
+                if failed is not None and failed[0] == current and time.monotonic() < failed[1]:
+                    assert self.problem is not None
+                    raise self.problem  # the same file, the same KEK: not asked again yet
                 text, stamp = keyfile.read_keyset_file(self.path)
-                table = _Table(_parse_keys(text, keyset.source), keyset.source, keyset._table)
+                keys, sealing = _read_keys(text, keyset.source, self.kek, may_call_kek=wait)
+                table = _Table(keys, keyset.source, keyset._table)
+            except NeedsKek:
+                self.next_check = time.monotonic()  # the next look that may wait takes it
+                return False
             except KeysetError as err:
+                if isinstance(err, (KekRefused, KekUnavailable)) and (
+                    failed is None or failed[0] != current or time.monotonic() >= failed[1]
+                ):
+                    self.kek_failed = (current, time.monotonic() + KEK_RETRY_SECONDS)
                 self.failures += 1
                 _log().warning("%s; still using the keyset loaded before", err)
                 self.problem = err
                 if wait:
                     raise
                 return False
-            keyset._table, self.stamp = table, stamp
+            keyset._table, keyset._sealing, self.stamp = table, sealing, stamp
+            self.kek_failed = None
             self._recovered(keyset, changed=True)
             return True
         finally:
@@ -363,12 +411,14 @@ class Keyset:
     file itself with :meth:`update`, which works on a copy under the file lock.
     """
 
-    __slots__ = ("_table", "_watch", "source")
+    __slots__ = ("_sealing", "_table", "_watch", "source")
 
     def __init__(self, keys: Iterable[Key], *, source: str = "keyset") -> None:
         self.source = source
         self._table = _Table(keys, source)
         self._watch: _FileWatch | None = None
+        #: How the file this keyset was read from is encrypted (None: a plain keyset).
+        self._sealing: Sealing | None = None
 
     def _current(self) -> _Table:
         watch = self._watch
@@ -379,21 +429,35 @@ class Keyset:
     # --- reading ---------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, reload_interval: float | None = 1.0) -> Keyset:
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        reload_interval: float | None = 1.0,
+        kek: Kek | str | None = None,
+    ) -> Keyset:
         """Load and validate the keyset file at ``path`` (refusing unsafe files).
 
         The keyset then follows the file, checking it at most every ``reload_interval``
         seconds; ``None`` loads it once. Symlinks are followed (a Kubernetes Secret mount is
         ``keyset.json -> ..data/keyset.json``) and the file reached must pass the permission
         rule of :mod:`mrtr_state.keyfile`.
+
+        ``kek`` (a URI such as ``passphrase:env:NAME``, or a :class:`~mrtr_state.kek.Kek`)
+        opens an encrypted keyset; with one, a plain file is refused (:class:`KekRequired`), so
+        swapping the file for a plain one cannot pass. The data key is unwrapped once; reloads
+        reuse it while the file's data key record is unchanged.
         """
+        if reload_interval is not None and reload_interval < 0:
+            raise ValueError(f"reload_interval must be >= 0 seconds, got {reload_interval}")
         target = os.fspath(path)
+        chosen = _kek(kek)
         text, stamp = keyfile.read_keyset_file(target)
-        keyset = cls(_parse_keys(text, target), source=target)
+        keys, sealing = _read_keys(text, target, chosen)
+        keyset = cls(keys, source=target)
+        keyset._sealing = sealing
         if reload_interval is not None:
-            if reload_interval < 0:
-                raise ValueError(f"reload_interval must be >= 0 seconds, got {reload_interval}")
-            keyset._watch = _FileWatch(target, stamp, reload_interval)
+            keyset._watch = _FileWatch(target, stamp, reload_interval, chosen)
         return keyset
 
     def reload(self) -> bool:
@@ -439,22 +503,49 @@ class Keyset:
         return watch.problem
 
     @classmethod
-    def from_json(cls, text: str, *, source: str = "keyset") -> Keyset:
-        """Parse a JWK Set document (the keyset file's content)."""
-        return cls(_parse_keys(text, source), source=source)
+    def from_json(
+        cls, text: str, *, source: str = "keyset", kek: Kek | str | None = None
+    ) -> Keyset:
+        """Parse a keyset file's content: a JWK Set, or an encrypted keyset opened by ``kek``."""
+        keys, sealing = _read_keys(text, source, _kek(kek))
+        keyset = cls(keys, source=source)
+        keyset._sealing = sealing
+        return keyset
+
+    @property
+    def kek_uri(self) -> str | None:
+        """The URI of the KEK the keyset's file is encrypted under, or None for a plain one."""
+        return None if self._sealing is None else self._sealing.kek.uri
 
     def to_json(self) -> str:
         """The keyset file content, secrets included. Only :meth:`save` should need it."""
         keys = ",\n    ".join(json_dumps(key.to_jwk()) for key in self)
         return '{\n  "keys": [\n    ' + keys + "\n  ]\n}\n" if keys else '{\n  "keys": []\n}\n'
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-        """Write the keyset atomically, mode 0600, under the writer lock."""
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        kek: Kek | str | None = None,
+    ) -> None:
+        """Write the keyset atomically, mode 0600, under the writer lock; encrypted under
+        ``kek`` (a fresh data key) when one is given."""
         from pathlib import Path
 
         target = Path(path)
+        chosen = _kek(kek)
+        sealing = None if chosen is None else _new_sealing(chosen)
         with keyfile.keyset_lock(target):
-            keyfile.write_keyset_text(target, self.to_json(), overwrite=overwrite)
+            keyfile.write_keyset_text(target, self._file_text(sealing), overwrite=overwrite)
+
+    def _file_text(self, sealing: Sealing | None) -> str:
+        """The file content: plain JSON, or encrypted under ``sealing``."""
+        if sealing is None:
+            return self.to_json()
+        from .encrypted_keyset import seal_keys
+
+        return seal_keys([key.to_jwk() for key in self], sealing)
 
     @classmethod
     def update(
@@ -463,25 +554,60 @@ class Keyset:
         change: Callable[[Keyset], Keyset],
         *,
         create: bool = False,
+        kek: Kek | str | None = None,
     ) -> Keyset:
         """Read, change and write back the keyset at ``path``, all under the writer lock.
 
         With ``create`` a missing file counts as an empty keyset (``keys import`` on a new host).
         A symlinked or read-only keyset (a deployed copy) is refused before anything is read.
+        An encrypted keyset (opened by ``kek``) is written back encrypted under the same data
+        key; a missing one created with a ``kek`` is encrypted under a fresh one.
         """
         from pathlib import Path
 
         target = Path(path)
+        chosen = _kek(kek)
         with keyfile.keyset_lock(target):
             try:
-                current = cls.load(target, reload_interval=None)
+                current = cls.load(target, reload_interval=None, kek=chosen)
+                sealing, existed = current._sealing, True
             except KeysetNotFound:
                 if not create:
                     raise
                 current = cls([], source=str(target))
+                sealing, existed = None if chosen is None else _new_sealing(chosen), False
             changed = change(current)
-            keyfile.write_keyset_text(target, changed.to_json(), overwrite=True)
+            # Nothing changed, nothing written: an encrypted file would otherwise get a fresh
+            # nonce on every no-op rotate, and a ship-on-change job would ship it every run.
+            if not existed or changed.to_json() != current.to_json():
+                keyfile.write_keyset_text(target, changed._file_text(sealing), overwrite=True)
+        changed._sealing = sealing
         return changed
+
+    @classmethod
+    def convert(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        kek: Kek | str | None,
+        to_kek: Kek | str | None,
+    ) -> Keyset:
+        """Re-encrypt the keyset file at ``path`` under the writer lock: plain to encrypted
+        (``kek`` None), encrypted to plain (``to_kek`` None), or to another KEK (the same data
+        key and token keys, wrapped anew: a KEK rotation). The keys themselves never change."""
+        from pathlib import Path
+
+        target = Path(path)
+        source_kek, new_kek = _kek(kek), _kek(to_kek)
+        with keyfile.keyset_lock(target):
+            current = cls.load(target, reload_interval=None, kek=source_kek)
+            if new_kek is None:
+                sealing = None
+            else:
+                sealing = _new_sealing(new_kek, rewrapping=current._sealing)
+            keyfile.write_keyset_text(target, current._file_text(sealing), overwrite=True)
+        current._sealing = sealing
+        return current
 
     @classmethod
     def generate(cls, algs: Iterable[str] = OWN_ALGORITHMS, *, now: int | None = None) -> Keyset:
@@ -589,15 +715,45 @@ class Keyset:
         return key
 
 
-def _parse_keys(text: str, source: str) -> list[Key]:
-    """The keys of a JWK Set document, each checked for shape (the table checks invariants)."""
+def _read_keys(
+    text: str, source: str, kek: Kek | None, *, may_call_kek: bool = True
+) -> tuple[list[Key], Sealing | None]:
+    """The keys of a keyset file's text, each checked for shape (the table checks invariants),
+    and how the file is encrypted. With a KEK the file must be encrypted; without, plain."""
     try:
         document = json_loads(text.strip())
     except EncodingError as err:
         raise KeysetInvalid(f"{source} is not valid JSON: {err}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+    sealing = None
+    if isinstance(document, dict) and "mrtr-state-encrypted-keyset" in document:
+        from .encrypted_keyset import open_document
+
+        jwks, sealing = open_document(document, source, kek, may_call_kek=may_call_kek)
+    elif kek is not None:
+        raise KekRequired(
+            f"keyset {source} is not encrypted, but a KEK ({kek.uri}) is configured: refusing a "
+            f"plain keyset where an encrypted one is expected; if this is intended, encrypt it "
+            f"with: mrtr-state keys encrypt --kek {kek.uri}"
+        )
+    elif not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise KeysetInvalid(f'{source} must be a JSON object with a "keys" list (a JWK Set)')
-    return [_key_from_jwk(jwk, source, n) for n, jwk in enumerate(document["keys"])]
+    else:
+        jwks = document["keys"]
+    return [_key_from_jwk(jwk, source, n) for n, jwk in enumerate(jwks)], sealing
+
+
+def _kek(kek: Kek | str | None) -> Kek | None:
+    if kek is None or not isinstance(kek, str):
+        return kek
+    from .kek import kek_from_uri
+
+    return kek_from_uri(kek)
+
+
+def _new_sealing(kek: Kek, rewrapping: Sealing | None = None) -> Sealing:
+    from .encrypted_keyset import new_sealing
+
+    return new_sealing(kek, rewrapping=rewrapping)
 
 
 def _fresh_kid(taken: Iterable[str]) -> str:
@@ -640,3 +796,22 @@ def _key_from_jwk(jwk: Any, source: str, index: int) -> Key:
     return Key(
         kid=jwk["kid"], alg=jwk["alg"], secret=secret, status=status, since=since, sdk_kid=sdk_kid
     )
+
+
+def listed_without_kek(path: str | os.PathLike[str]) -> tuple[str, list[Key]] | None:
+    """For ``keys list`` without a KEK: the KEK URI and the keys of an encrypted keyset file as
+    its clear metadata says, each with an empty secret (so none can ever mint or verify, and
+    none is ever in a :class:`Keyset`); None for a plain file. Unauthenticated: only opening the
+    file with its KEK proves the metadata unchanged."""
+    target = os.fspath(path)
+    text, _stamp = keyfile.read_keyset_file(target)
+    try:
+        document = json_loads(text.strip())
+    except EncodingError as err:
+        raise KeysetInvalid(f"{target} is not valid JSON: {err}") from None
+    from .encrypted_keyset import is_encrypted, metadata_of
+
+    if not is_encrypted(document):
+        return None
+    kek_uri, metadata = metadata_of(document, target)
+    return kek_uri, [_key_from_jwk({**jwk, "k": ""}, target, n) for n, jwk in enumerate(metadata)]

@@ -242,7 +242,8 @@ class KeysetCodec:
     ids, staged rotation and formats. Given a path (or a keyset from :meth:`Keyset.load`), the
     keyset follows its file, so a key rolled out, promoted or revoked (``mrtr-state keys ...``,
     a Kubernetes Secret update) takes effect on a running server within a second, without a
-    restart, and in-flight tokens of the previous primary still open.
+    restart, and in-flight tokens of the previous primary still open. An encrypted keyset file
+    opens with ``kek`` (a URI, e.g. ``os.environ["MRTR_STATE_KEK"]``), unwrapped once.
 
     With ``once``, each token is accepted at most once until its envelope expires. A token is
     redeemed only after the SDK has checked every binding, by the middleware
@@ -258,6 +259,7 @@ class KeysetCodec:
         format: str = "aead",
         once: ReplayStore | None = None,
         policy: Policy = DEFAULT_POLICY,
+        kek: str | None = None,
     ) -> None:
         if not get_format(format).confidential:
             raise ValueError(
@@ -266,7 +268,7 @@ class KeysetCodec:
         self._format = format
         self._once = once
         self._policy = policy
-        self._keyset = keyset if isinstance(keyset, Keyset) else Keyset.load(keyset)
+        self._keyset = keyset if isinstance(keyset, Keyset) else Keyset.load(keyset, kek=kek)
         self._guarded = False
         # (store key, expiry, inner state) of the token this request's unseal opened; the guard
         # middleware runs in the same task once the SDK has accepted the round.

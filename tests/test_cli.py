@@ -50,7 +50,7 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 def test_every_command_is_listed() -> None:
-    assert len(_commands(cli)) == 17  # 9 top-level commands, the keys group and its 8
+    assert len(_commands(cli)) == 20  # 9 top-level commands, the keys group and its 11
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
@@ -487,12 +487,26 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("keys", "prune"): ["--dry-run"],
         ("rotate",): ["--dry-run"],
         ("keys", "retire"): [kid, "--yes"],
+        ("keys", "encrypt"): ["--kek", "passphrase:env:MRTR_TEST_A", "--kdf-cost", "10"],
+        ("keys", "rewrap"): [
+            "--from-kek",
+            "passphrase:env:MRTR_TEST_A",
+            "--kek",
+            "passphrase:env:MRTR_TEST_B",
+            "--kdf-cost",
+            "10",
+        ],
+        ("keys", "decrypt"): ["--yes", "--kek", "passphrase:env:MRTR_TEST_B"],
         ("keys", "init"): ["--force"],
     }
 
 
-def test_keyset_after_each_command_is_the_one_used(ks: Path, tmp_path: Path) -> None:
+def test_keyset_after_each_command_is_the_one_used(
+    ks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``mrtr-state CMD ... --keyset PATH`` uses PATH, even with a wrong keyset before CMD."""
+    monkeypatch.setenv("MRTR_TEST_A", "passphrase one, long enough")
+    monkeypatch.setenv("MRTR_TEST_B", "passphrase two, long enough")
     calls = _after_the_command(ks, tmp_path)
     assert set(calls) == set(_leaf_commands())
     elsewhere = str(tmp_path / "nowhere.json")

@@ -183,6 +183,12 @@ def test_the_first_rotation_run_creates_the_keyset_once_and_ships_it(tmp_path: P
     state = tmp_path / "state"
     state.mkdir()
     state.chmod(0o2770)  # what fsGroup does to a volume's root
+    kek_mount = tmp_path / "kek"  # the KEK Secret, where the kubelet mounts it
+    kek_mount.mkdir(mode=0o700)
+    (kek_mount / "passphrase").write_text("the random passphrase install.sh made\n")
+    (kek_mount / "passphrase").chmod(0o400)
+    env["MRTR_STATE_KEK"] = env["MRTR_STATE_KEK"].replace("/var/run/mrtr-state-kek", str(kek_mount))
+    kek = env["MRTR_STATE_KEK"]
     tools = tmp_path / "bin"
     tools.mkdir()
     kubectl = tools / "kubectl"
@@ -210,9 +216,47 @@ def test_the_first_rotation_run_creates_the_keyset_once_and_ships_it(tmp_path: P
     assert [c["action"] for c in json.loads(first.stdout)["changes"]] == ["init"] * 3
     source = Path(argv[1])
     assert source.stat().st_mode & 0o777 == 0o600 and source.parent.stat().st_mode & 0o777 == 0o700
-    shipped = ms.Keyset.load(volume / "keyset.json")
-    assert {k.kid for k in shipped} == {k.kid for k in ms.Keyset.load(source)}
+    shipped = ms.Keyset.load(volume / "keyset.json", kek=kek)
+    assert {k.kid for k in shipped} == {k.kid for k in ms.Keyset.load(source, kek=kek)}
+    assert "mrtr-state-encrypted-keyset" in source.read_text()  # created encrypted
     before = source.read_bytes()
     again = job()
     assert again.returncode == 0 and json.loads(again.stdout)["changes"] == []
     assert source.read_bytes() == before and "unchanged since it was last shipped" in again.stderr
+
+
+def test_the_keyset_is_encrypted_under_a_kek_no_service_account_can_read() -> None:
+    """Every container that opens the keyset gets the KEK from the second Secret, mounted where
+    MRTR_STATE_KEK says; the rotation job's Role names only the keyset Secret; install.sh makes
+    the KEK Secret from a file of random bytes (never a literal on a command line)."""
+    (cronjob,) = named("CronJob").values()
+    pods = [
+        cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+        named("Deployment")["mcp-server"]["spec"]["template"]["spec"],
+        named("Deployment")["mcp-server-proxied"]["spec"]["template"]["spec"],
+    ]
+    for pod in pods:
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        kek_secret = volumes["keyset-kek"]["secret"]
+        assert kek_secret["secretName"] == "mcp-keyset-kek" and kek_secret["defaultMode"] == 0o400
+        opening = [
+            c for c in pod["containers"] if c["name"] in ("rotate", "server", "mrtr-state-proxy")
+        ]
+        if pod is pods[2]:
+            opening = [c for c in opening if c["name"] == "mrtr-state-proxy"]
+        for container in opening:
+            env = {e["name"]: e["value"] for e in container.get("env", [])}
+            mounts = {m["name"]: m for m in container["volumeMounts"]}
+            assert mounts["keyset-kek"]["readOnly"] is True
+            scheme, source, path = env["MRTR_STATE_KEK"].split(":", 2)
+            assert (scheme, source) == ("passphrase", "file")
+            assert Path(path).parent == Path(mounts["keyset-kek"]["mountPath"])
+    for role in named("Role").values():
+        for rule in role["rules"]:
+            assert "mcp-keyset-kek" not in rule.get("resourceNames", [])
+            if "resourceNames" not in rule:
+                assert rule["verbs"] == ["create"]  # no get or list of every Secret
+    install = (KUBE / "install.sh").read_text()
+    assert "create secret generic" in install and "mcp-keyset-kek --from-file=" in install
+    assert "--from-literal" not in install
+    assert install.index("mcp-keyset-kek") < install.index("rotate-cronjob.yaml")

@@ -67,29 +67,43 @@ def test_every_recipe_is_on_the_deploying_page_as_it_is(recipe: str) -> None:
 
 @needs_root
 def test_the_deployments_secret_volume_reads_as_its_non_root_pod(open_dir: Path) -> None:
+    """Both Secrets (the encrypted keyset and its KEK's passphrase) as the kubelet projects
+    them with fsGroup, opened by a process running as the pod's user and groups."""
+    import yaml
+
     spec = (DEPLOY / "kubernetes" / "deployment.yaml").read_text()
-    user = int(yaml_scalar(spec, "runAsUser"))
-    group = int(yaml_scalar(spec, "runAsGroup"))
-    fs_group = int(yaml_scalar(spec, "fsGroup"))
-    default_mode = int(yaml_scalar(spec, "defaultMode"), 8)
-    keyset_path = Path(yaml_scalar(spec, "value"))
-    assert Path(yaml_scalar(spec, "mountPath")) == keyset_path.parent
     assert "subPath" not in spec.replace("a subPath mount never updates", "")
-    # a read-only volume with fsGroup: the kubelet chowns to root:fsGroup and adds group read
-    volume = KubeletVolume(open_dir / "secret", mode=default_mode | 0o040, gid=fs_group)
+    pod = yaml.safe_load(spec)["spec"]["template"]["spec"]
+    context = pod["securityContext"]
+    user, group, fs_group = context["runAsUser"], context["runAsGroup"], context["fsGroup"]
+    (server,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in server["env"]}
+    mounts = {m["name"]: Path(m["mountPath"]) for m in server["volumeMounts"]}
+    modes = {v["name"]: v["secret"]["defaultMode"] for v in pod["volumes"]}
+    keyset_path = Path(env["MRTR_STATE_KEYSET"])
+    passphrase_path = Path(env["MRTR_STATE_KEK"].removeprefix("passphrase:file:"))
+    assert mounts["keyset"] == keyset_path.parent and mounts["keyset-kek"] == passphrase_path.parent
+    # read-only volumes with fsGroup: the kubelet chowns to root:fsGroup and adds group read
+    volume = KubeletVolume(open_dir / "secret", mode=modes["keyset"] | 0o040, gid=fs_group)
+    kek_volume = KubeletVolume(open_dir / "kek", mode=modes["keyset-kek"] | 0o040, gid=fs_group)
+    kek_volume.project({passphrase_path.name: b"the random passphrase install.sh made\n"})
+    kek = f"passphrase:file:{kek_volume.path(passphrase_path.name)}"
     keyset = ms.Keyset.generate(("A256GCM",))
-    volume.project({keyset_path.name: keyset.to_json().encode()})
+    encrypted = open_dir / "source.json"
+    keyset.save(encrypted, kek=kek)
+    volume.project({keyset_path.name: encrypted.read_bytes()})
     mounted = volume.path(keyset_path.name)
     token = ms.mint(keyset, "hello")
-    assert (
-        as_user(user, (group, fs_group), lambda: ms.verify(ms.Keyset.load(mounted), token).state)
-        == "hello"
-    )
+
+    def verify() -> object:
+        return ms.verify(ms.Keyset.load(mounted, kek=kek), token).state
+
+    assert as_user(user, (group, fs_group), verify) == "hello"
     # without fsGroup the same Secret is root:root 0400, which the pod cannot open
-    bare = KubeletVolume(open_dir / "bare", mode=default_mode)
-    bare.project({keyset_path.name: keyset.to_json().encode()})
+    bare = KubeletVolume(open_dir / "bare", mode=modes["keyset"])
+    bare.project({keyset_path.name: encrypted.read_bytes()})
     with pytest.raises(ms.KeysetError, match=r"cannot read keyset .*: Permission denied"):
-        as_user(user, (group,), lambda: ms.Keyset.load(bare.path(keyset_path.name)))
+        as_user(user, (group,), lambda: ms.Keyset.load(bare.path(keyset_path.name), kek=kek))
 
 
 FAKE_KUBECTL = '''#!{python}
@@ -132,6 +146,13 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
     assert env["MRTR_STATE_ROTATE_EVERY"] == "30d"
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
+    # the KEK Secret's mount: a passphrase file, where the kubelet would put it
+    kek_mount = tmp_path / "kek"
+    kek_mount.mkdir(mode=0o700)
+    (kek_mount / "passphrase").write_text("a random passphrase the install made\n")
+    (kek_mount / "passphrase").chmod(0o400)
+    env["MRTR_STATE_KEK"] = env["MRTR_STATE_KEK"].replace("/var/run/mrtr-state-kek", str(kek_mount))
+    kek = env["MRTR_STATE_KEK"]
     tools = tmp_path / "bin"
     tools.mkdir()
     kubectl = tools / "kubectl"
@@ -162,8 +183,8 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
 
     source = state / "keyset" / "keyset.json"
     month_ago = int(time.time()) - 30 * 86400  # the primary is due for its successor
-    ms.Keyset.generate(("A256GCM",), now=month_ago).save(source)
-    first_primary = ms.Keyset.load(source).primary("A256GCM").kid
+    ms.Keyset.generate(("A256GCM",), now=month_ago).save(source, kek=kek)
+    first_primary = ms.Keyset.load(source, kek=kek).primary("A256GCM").kid
 
     fail_once.touch()  # the API server is down for this run
     failed = cron_run()
@@ -179,7 +200,7 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout)["changes"] == []
     assert applies() == 1 and "shipped keyset" in retried.stderr
-    replica = ms.Keyset.load(volume / "keyset.json", reload_interval=0)
+    replica = ms.Keyset.load(volume / "keyset.json", reload_interval=0, kek=kek)
     assert replica.get(pending) is not None and replica.primary("A256GCM").kid == first_primary
 
     # unchanged: nothing applied
@@ -195,7 +216,7 @@ def test_the_rotate_cronjob_ships_until_a_ship_succeeds(tmp_path: Path) -> None:
     assert (volume / "keyset.json").is_symlink()
     # the snapshot it shipped is gone, and no secret reached the job's output
     assert not [p.name for p in source.parent.iterdir() if p.name.startswith(".keyset-ship")]
-    secrets = [key.to_jwk()["k"] for key in ms.Keyset.load(source)]
+    secrets = [key.to_jwk()["k"] for key in ms.Keyset.load(source, kek=kek)]
     for run in (failed, retried, quiet, promoted):
         assert not any(secret in run.stdout + run.stderr for secret in secrets)
 

@@ -272,3 +272,71 @@ def test_two_proxies_share_one_keyset_and_one_replay_store(tmp_path: Path, redis
         finally:
             for proxy in fleet:
                 proxy.stop()
+
+
+def test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--kek opens the keyset at start; a rotation written meanwhile is followed without the KEK
+    (same data key); a rewrap to a KEK the replica lacks keeps the last good keyset in force and
+    /readyz says why, until the file it can open is back."""
+    monkeypatch.setenv("MRTR_TEST_PASSPHRASE", "the proxy's passphrase, long enough")
+    monkeypatch.setenv("MRTR_TEST_OTHER", "another passphrase, long enough")
+    kek = "passphrase:env:MRTR_TEST_PASSPHRASE"
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset, kek=kek)
+    admin = free_port()
+    with serving(ScriptedUpstream()) as upstream_url:
+        proxy = ProxyProcess(keyset, upstream_url, "--admin-listen", str(admin), "--kek", kek)
+        try:
+            assert admin_get(admin, "/readyz")[0] == 200
+            first = send_raw(proxy.port, request(body=call("deploy", id_=1))).json()
+            token = first["result"]["requestState"]
+            retry = call("deploy", id_=2, requestState=token)
+            assert "error" not in send_raw(proxy.port, request(body=retry)).json()
+            ms.Keyset.update(keyset, lambda ks: ks.with_new_key("A256GCM")[0], kek=kek)
+            time.sleep(1.5)
+            assert len(samples(admin)["mrtr_state_keyset_keys"]) == 2  # followed
+            before = keyset.read_bytes()
+            ms.Keyset.convert(keyset, kek=kek, to_kek="passphrase:env:MRTR_TEST_OTHER")
+            time.sleep(2.5)
+            status, body, _ = admin_get(admin, "/readyz")
+            assert status == 503
+            assert any(
+                "was encrypted under KEK passphrase:env:MRTR_TEST_OTHER" in r
+                for r in json.loads(body)["reasons"]
+            )
+            again = call("deploy", id_=3)  # still sealing and opening with the last good keyset
+            assert "requestState" in send_raw(proxy.port, request(body=again)).json()["result"]
+            keyset.write_bytes(before)
+            time.sleep(1.5)
+            assert admin_get(admin, "/readyz")[0] == 200
+        finally:
+            proxy.stop()
+    assert not any("Traceback" in line for line in proxy.stderr), "".join(proxy.stderr)
+
+
+def test_the_proxy_refuses_to_start_without_the_kek_of_its_keyset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyset = tmp_path / "keyset.json"
+    monkeypatch.setenv("MRTR_TEST_PASSPHRASE", "a passphrase for this test only")
+    ms.Keyset.generate(("A256GCM",)).save(keyset, kek="passphrase:env:MRTR_TEST_PASSPHRASE")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mrtr_state",
+            "proxy",
+            "--keyset",
+            str(keyset),
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--allow-anonymous",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert done.returncode == 6 and "is encrypted (KEK passphrase:env:" in done.stderr

@@ -13,7 +13,14 @@ import sys
 
 import click
 
-from ._group import CONFIG_HELP, KEYSET_HELP, App, ErrorMappingGroup, with_global_options
+from ._group import (
+    CONFIG_HELP,
+    KEK_HELP,
+    KEYSET_HELP,
+    App,
+    ErrorMappingGroup,
+    with_global_options,
+)
 
 # Each command's module is imported only when that command runs: `mrtr-state verify` in a shell
 # loop should not pay for the key-lifecycle code.
@@ -78,9 +85,14 @@ class LazyGroup(ErrorMappingGroup):
     metavar="PATH",
     help=CONFIG_HELP + " Also accepted after any command.",
 )
+@click.option(
+    "--kek",
+    metavar="URI",
+    help=KEK_HELP + " Also accepted after any command.",
+)
 @click.version_option(None, "-V", "--version", package_name="mrtr-state")
 @click.pass_context
-def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
+def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | None) -> None:
     """Mint, verify, inspect and seal MCP requestState tokens, and manage their keys.
 
     \b
@@ -93,7 +105,7 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None) -> None:
     Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
     5 replayed, 6 keyset or config error.
     """
-    ctx.obj = App(keyset_flag=keyset, config_flag=config)
+    ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         ctx.color = False  # no-color.org; every sub-command's context inherits it
 

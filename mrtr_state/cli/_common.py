@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -20,6 +20,10 @@ from ..formats import FORMAT_NAMES
 # The group machinery, re-exported: command modules take everything shared from here.
 from ._group import App as App
 from ._group import ErrorMappingGroup as ErrorMappingGroup
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..kek import Kek
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -268,3 +272,28 @@ def duration_option(name: str, help: str) -> Callable[[F], F]:
         return click.option(name, metavar="DURATION", callback=_to_seconds, help=help)(func)
 
     return decorate
+
+
+def kdf_cost_option(func: F) -> F:
+    """--kdf-cost N: scrypt's cost (log2 N) for a passphrase KEK that wraps a data key now."""
+    return click.option(
+        "--kdf-cost",
+        type=click.IntRange(10, 20),
+        metavar="LOG2N",
+        help="passphrase: KEKs only: scrypt cost as log2 of N (15 = 32 MiB, ~0.1 s per process "
+        "start; each +1 doubles both) [default: 15].",
+    )(func)
+
+
+def wrapping_kek(app: App, settings: Settings, kdf_cost: int | None) -> Kek | None:
+    """The configured KEK (None if there is none), as a command that wraps a new data key
+    uses it: at ``kdf_cost`` when given."""
+    if settings.kek is None:
+        if kdf_cost is not None:
+            raise click.UsageError("--kdf-cost needs a passphrase: KEK (--kek)")
+        return None
+    if kdf_cost is None:
+        return app.kek(settings)
+    from ..kek import kek_from_uri
+
+    return kek_from_uri(settings.kek, kdf_log_n=kdf_cost)

@@ -17,10 +17,15 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..config import Settings
+    from ..kek import Kek
     from ..keyset import Keyset
 
 KEYSET_HELP = "Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json]."
 CONFIG_HELP = "TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml]."
+KEK_HELP = (
+    "KEK of an encrypted keyset, e.g. passphrase:env:NAME, pkcs11:..., exec:HELPER "
+    "[env MRTR_STATE_KEK; config kek]."
+)
 
 
 def _remember_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -37,6 +42,16 @@ def with_global_options(command: click.Command) -> click.Command:
     TOKEN``); the one closest to the command wins, as with kubectl or gh.
     """
     names = {name for param in command.params for name in getattr(param, "opts", ())}
+    if "--kek" not in names:
+        command.params.append(
+            click.Option(
+                ["--kek"],
+                metavar="URI",
+                expose_value=False,
+                callback=_remember_flag,
+                help=KEK_HELP,
+            )
+        )
     if "--keyset" not in names:
         command.params += [
             click.Option(
@@ -79,25 +94,42 @@ class ErrorMappingGroup(click.Group):
 class App:
     """What the top-level options decided; commands ask it for settings and the keyset."""
 
-    __slots__ = ("config_flag", "keyset_flag")
+    __slots__ = ("_kek", "config_flag", "kek_flag", "keyset_flag")
 
-    def __init__(self, keyset_flag: str | None, config_flag: str | None) -> None:
+    def __init__(
+        self, keyset_flag: str | None, config_flag: str | None, kek_flag: str | None = None
+    ) -> None:
         self.keyset_flag = keyset_flag
         self.config_flag = config_flag
+        self.kek_flag = kek_flag
+        self._kek: tuple[str, Kek] | None = None
 
     def settings(self, **flags: Any) -> Settings:
         from ..config import load_settings
 
-        return load_settings({"keyset": self.keyset_flag, **flags}, config=self.config_flag)
+        given = {"keyset": self.keyset_flag, "kek": self.kek_flag, **flags}
+        return load_settings(given, config=self.config_flag)
+
+    def kek(self, settings: Settings) -> Kek | None:
+        """The configured KEK, one object per process: what it unwrapped is remembered, so a
+        command that reads then writes the keyset asks the KEK (scrypt, an HSM, a helper) once."""
+        if settings.kek is None:
+            return None
+        if self._kek is None or self._kek[0] != settings.kek:
+            from ..kek import kek_from_uri
+
+            self._kek = (settings.kek, kek_from_uri(settings.kek))
+        return self._kek[1]
 
     def keyset(self, settings: Settings) -> Keyset:
         """The keyset to read: inline from the environment, else the file."""
         from ..config import KEYSET_JSON_ENV
         from ..keyset import Keyset
 
+        kek = self.kek(settings)
         if settings.keyset_json is not None:
-            return Keyset.from_json(settings.keyset_json, source=KEYSET_JSON_ENV)
-        return Keyset.load(settings.keyset_file)
+            return Keyset.from_json(settings.keyset_json, source=KEYSET_JSON_ENV, kek=kek)
+        return Keyset.load(settings.keyset_file, kek=kek)
 
     def writable_path(self, settings: Settings) -> Path:
         """The keyset file a command may write; refuses the read-only inline keyset."""

@@ -21,7 +21,16 @@ from ..algorithms import secret_rule
 from ..durations import format_duration
 from ..errors import KeysetError
 from ..formats import get_format
-from ..keyset import ALGORITHMS, OWN_ALGORITHMS, SDK_SECRET_BYTES, Key, Keyset, secret_length_ok
+from ..kek import Kek
+from ..keyset import (
+    ALGORITHMS,
+    OWN_ALGORITHMS,
+    SDK_SECRET_BYTES,
+    Key,
+    Keyset,
+    listed_without_kek,
+    secret_length_ok,
+)
 from . import _render
 from ._common import (
     App,
@@ -29,7 +38,9 @@ from ._common import (
     duration_option,
     emit_json,
     json_option,
+    kdf_cost_option,
     pass_app,
+    wrapping_kek,
 )
 
 _ALG = click.Choice(list(ALGORITHMS))
@@ -98,6 +109,7 @@ def _step(
     as_json: bool,
     due: Callable[[Keyset], list[dict[str, Any]]] | None = None,
     before: list[life.Change] | None = None,
+    kek: Kek | None = None,
 ) -> None:
     """Apply one lifecycle step under the keyset lock (or only report it) and print the changes
     (after ``before``, changes made earlier in the same command)."""
@@ -109,9 +121,9 @@ def _step(
         return changed
 
     if dry_run:
-        after = change(Keyset.load(path, reload_interval=None))
+        after = change(Keyset.load(path, reload_interval=None, kek=kek))
     else:
-        after = Keyset.update(path, change)
+        after = Keyset.update(path, change, kek=kek)
     upcoming = None if due is None else due(after)
     _report(changes, path=str(path), dry_run=dry_run, as_json=as_json, due=upcoming)
 
@@ -133,26 +145,39 @@ def keys() -> None:
     help="Algorithm of a primary key to create (repeatable) [default: one of each].",
 )
 @click.option("--force", is_flag=True, help="Replace an existing keyset (its keys are lost).")
+@kdf_cost_option
 @json_option
 @pass_app
-def keys_init(app: App, algs: tuple[str, ...], force: bool, as_json: bool) -> None:
+def keys_init(
+    app: App, algs: tuple[str, ...], force: bool, kdf_cost: int | None, as_json: bool
+) -> None:
     """Create a new keyset file, mode 0600, with one primary key per algorithm.
 
     By default one key for each format: A256GCM (aead), HS256 (jws) and dir+A256GCM (jwe).
+    With --kek (or MRTR_STATE_KEK, or the config's kek) the file is encrypted under that KEK.
 
     \b
     Examples:
       mrtr-state keys init
       mrtr-state --keyset /etc/mcp/keyset.json keys init --alg A256GCM
+      MRTR_STATE_PASSPHRASE=... mrtr-state keys init --kek passphrase:env:MRTR_STATE_PASSPHRASE
     """
     settings = app.settings()
     path = app.writable_path(settings)
+    kek = wrapping_kek(app, settings, kdf_cost)
     keyset = Keyset.generate(algs or OWN_ALGORITHMS)
-    keyset.save(path, overwrite=force)
+    keyset.save(path, overwrite=force, kek=kek)
     if as_json:
-        emit_json({"keyset": str(path), "keys": [key.describe() for key in keyset]})
+        emit_json(
+            {
+                "keyset": str(path),
+                "kek": None if kek is None else kek.uri,
+                "keys": [key.describe() for key in keyset],
+            }
+        )
         return
-    click.echo(f"created {path} (mode 0600) with {len(keyset)} key(s):")
+    sealed = "" if kek is None else f", encrypted under {kek.uri}"
+    click.echo(f"created {path} (mode 0600{sealed}) with {len(keyset)} key(s):")
     for key in keyset:
         click.echo(f"  {key.kid}  {key.alg:<12} {key.format:<5} {key.status}")
 
@@ -183,7 +208,7 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
         added.append(key)
         return changed
 
-    Keyset.update(path, add)
+    Keyset.update(path, add, kek=app.kek(settings))
     key = added[-1]
     if as_json:
         emit_json({"keyset": str(path), **key.describe()})
@@ -271,7 +296,7 @@ def keys_import(
         imported.append(changed.get(key.kid) or key)
         return changed
 
-    Keyset.update(path, add, create=True)
+    Keyset.update(path, add, create=True, kek=app.kek(settings))
     key = imported[-1]
     if as_json:
         emit_json({"keyset": str(path), **key.describe()})
@@ -353,6 +378,7 @@ def keys_promote(app: App, kid: str, force: bool, as_json: bool) -> None:
         lambda current: life.promote(current, kid, now=_now(), propagation=wait),
         dry_run=False,
         as_json=as_json,
+        kek=app.kek(settings),
     )
 
 
@@ -383,7 +409,7 @@ def keys_retire(app: App, kid: str, yes: bool, dry_run: bool, as_json: bool) -> 
         from ..keyfile import check_writable
 
         check_writable(path)  # a deployed copy is refused before any question is asked
-    current = Keyset.load(path, reload_interval=None)
+    current = Keyset.load(path, reload_interval=None, kek=app.kek(settings))
     target = current.get(kid)
     if target is not None and target.status == "primary" and not (yes or dry_run):
         question = (
@@ -404,7 +430,7 @@ def keys_retire(app: App, kid: str, yes: bool, dry_run: bool, as_json: bool) -> 
         results.append((made, cut, status))
         return changed
 
-    keyset = change(current) if dry_run else Keyset.update(path, change)
+    keyset = change(current) if dry_run else Keyset.update(path, change, kek=app.kek(settings))
     made, cut, was = results[-1]
     no_primary = was == "primary" and not any(
         k.alg == made.alg and k.status == "primary" for k in keyset
@@ -454,6 +480,7 @@ def keys_prune(app: App, retention: int | None, dry_run: bool, as_json: bool) ->
         lambda current: life.prune(current, now=_now(), retention=keep),
         dry_run=dry_run,
         as_json=as_json,
+        kek=app.kek(settings),
     )
 
 
@@ -468,7 +495,6 @@ def keys_list(app: App, as_json: bool) -> None:
       mrtr-state keys list --json | jq -r '.keys[] | select(.status=="primary") | .kid'
     """
     settings = app.settings()
-    keyset = app.keyset(settings)
     now = _now()
 
     def line(key: Key) -> str:
@@ -476,6 +502,12 @@ def keys_list(app: App, as_json: bool) -> None:
             key, now=now, propagation=settings.propagation, retention=settings.retention
         )
 
+    if settings.kek is None and settings.keyset_json is None:
+        listed = listed_without_kek(settings.keyset_file)
+        if listed is not None:
+            _list_unauthenticated(settings.keyset_file, *listed, line=line, as_json=as_json)
+            return
+    keyset = app.keyset(settings)
     if as_json:
         due = {
             item["kid"]: item
@@ -494,6 +526,9 @@ def keys_list(app: App, as_json: bool) -> None:
         emit_json(
             {
                 "keyset": settings.keyset_source,
+                "encrypted": keyset.kek_uri is not None,
+                "kek": keyset.kek_uri,
+                "authenticated": True,
                 "keys": [
                     {**key.describe(), "timeline": line(key), "next_due": next_step(key)}
                     for key in keyset
@@ -502,6 +537,34 @@ def keys_list(app: App, as_json: bool) -> None:
         )
         return
     click.echo(_render.key_table(keyset, now=now, timeline=line))
+    if keyset.kek_uri is not None:
+        click.echo(f"encrypted under {keyset.kek_uri}; metadata authenticated", err=True)
+
+
+def _list_unauthenticated(
+    path: str, kek_uri: str, keys: list[Key], *, line: Callable[[Key], str], as_json: bool
+) -> None:
+    """``keys list`` of an encrypted keyset without its KEK: the clear metadata, said to be
+    unauthenticated (only the KEK proves nobody changed it)."""
+    warning = (
+        f"encrypted under {kek_uri}; listed without the KEK, so not authenticated "
+        "(give --kek to check it)"
+    )
+    if as_json:
+        emit_json(
+            {
+                "keyset": path,
+                "encrypted": True,
+                "kek": kek_uri,
+                "authenticated": False,
+                "keys": [
+                    {**key.describe(), "timeline": line(key), "next_due": None} for key in keys
+                ],
+            }
+        )
+        return
+    click.echo(_render.key_table(keys, now=_now(), timeline=line))
+    click.echo(warning, err=True)
 
 
 @click.command()
@@ -584,7 +647,7 @@ def rotate(
         if dry_run:
             click.echo(f"would create {path}", err=True)
             return
-        created = _create_if_missing(path, algs or OWN_ALGORITHMS)
+        created = _create_if_missing(path, algs or OWN_ALGORITHMS, app.kek(settings))
     _step(
         path,
         lambda current: life.rotate(
@@ -600,10 +663,11 @@ def rotate(
         as_json=as_json,
         due=lambda keyset: life.due_list(keyset, propagation=wait, retention=keep, every=period),
         before=created,
+        kek=app.kek(settings),
     )
 
 
-def _create_if_missing(path: Path, algs: tuple[str, ...]) -> list[life.Change]:
+def _create_if_missing(path: Path, algs: tuple[str, ...], kek: Kek | None) -> list[life.Change]:
     """A new keyset at ``path``, unless one appeared meanwhile (checked again under the lock:
     of two jobs racing to create it, one creates and the other keeps what it finds)."""
     made: list[life.Change] = []
@@ -615,5 +679,9 @@ def _create_if_missing(path: Path, algs: tuple[str, ...]) -> list[life.Change]:
         made.extend(life.Change("init", k.kid, k.alg, "new primary: mints") for k in fresh)
         return current.with_keys(fresh)
 
-    Keyset.update(path, create, create=True)
+    Keyset.update(path, create, create=True, kek=kek)
     return made
+
+
+# The commands that encrypt, decrypt and rewrap a keyset attach themselves to the group.
+from . import keys_encryption as _keys_encryption  # noqa: E402, F401

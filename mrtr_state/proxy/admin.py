@@ -12,6 +12,7 @@ healthy. It serves nothing else, and answers any other method 405 and any other 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -73,7 +74,9 @@ class AdminApp:
         reasons = []
         if self.draining():
             reasons.append("shutting down")
-        problem = self.keyset.check()
+        # in a thread: a keyset change that needs the KEK (scrypt, an HSM, a KMS helper) must
+        # not stall the event loop
+        problem = await asyncio.to_thread(self.keyset.check)
         if problem is not None:
             reasons.append(f"keyset: {problem} (the last good keyset is in force)")
         unreachable = await self.upstream.probe()

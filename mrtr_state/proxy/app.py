@@ -139,7 +139,9 @@ class ProxyApp:
         keyset = self.guard.keyset
         while True:
             await asyncio.sleep(KEYSET_CHECK_SECONDS)
-            keyset.check()
+            # in a thread: a change that needs the KEK must not stall the event loop (a request
+            # never waits on the KEK; this look is what loads such a change)
+            await asyncio.to_thread(keyset.check)
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -1,0 +1,257 @@
+"""Encrypted keysets from the command line: every command with --kek, MRTR_STATE_KEK or the
+config's kek; conversion commands; exit 6 with what to do; and SIGKILL during rewrap and rotate
+never leaving anything but the old file or the new one."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mrtr_state.errors import KekRefused
+from mrtr_state.keyset import Keyset
+
+from .helpers import ROOT, run
+
+URI = "passphrase:env:MRTR_TEST_PASSPHRASE"
+OTHER = "passphrase:env:MRTR_TEST_OTHER"
+ENV = {
+    "MRTR_TEST_PASSPHRASE": "correct horse battery staple",
+    "MRTR_TEST_OTHER": "a different long passphrase",
+}
+
+
+@pytest.fixture(autouse=True)
+def passphrases(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def sealed(tmp_path: Path) -> Path:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "--kek", URI, "keys", "init", "--kdf-cost", "10")
+    return path
+
+
+def test_init_with_a_kek_writes_an_encrypted_keyset(sealed: Path) -> None:
+    doc = json.loads(sealed.read_text())
+    assert doc["kek"] == URI and doc["data_key"]["log_n"] == 10
+    assert "k" not in doc["keys"][0]
+
+
+def test_every_way_of_naming_the_kek_reaches_mint_and_verify(sealed: Path, tmp_path: Path) -> None:
+    token = run(
+        "--keyset", str(sealed), "mint", "--principal", "a", "--request-id", "r", "--kek", URI
+    ).stdout.strip()
+    verify = ("verify", "--principal", "a", "--request-id", "r", token)
+    run("--keyset", str(sealed), *verify, env={"MRTR_STATE_KEK": URI})
+    (tmp_path / "conf").mkdir()
+    config = tmp_path / "conf" / "mrtr-state.toml"  # not beside the keyset: named explicitly
+    config.write_text(f'kek = "{URI}"\n')
+    config.chmod(0o600)
+    run("--keyset", str(sealed), "--config", str(config), *verify)
+    refused = run("--keyset", str(sealed), *verify, code=6)
+    assert "is encrypted (KEK passphrase:env:MRTR_TEST_PASSPHRASE); give its KEK" in refused.stderr
+
+
+def test_an_empty_kek_variable_is_an_error_not_no_kek(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    result = run("--keyset", str(path), "keys", "list", env={"MRTR_STATE_KEK": " "}, code=6)
+    assert "MRTR_STATE_KEK is set but empty" in result.stderr
+
+
+def test_a_plain_keyset_is_refused_where_a_kek_is_configured(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    token = run("--keyset", str(path), "mint", "--request-id", "r").stdout.strip()
+    result = run("--keyset", str(path), "--kek", URI, "verify", "--request-id", "r", token, code=6)
+    assert "keys encrypt --kek" in result.stderr
+
+
+def test_lifecycle_commands_keep_the_keyset_encrypted(sealed: Path) -> None:
+    before = json.loads(sealed.read_text())
+    run("--keyset", str(sealed), "--kek", URI, "keys", "add", "--alg", "A256GCM")
+    run("--keyset", str(sealed), "--kek", URI, "rotate", "--propagation", "0")
+    added = json.loads(run("--keyset", str(sealed), "--kek", URI, "keys", "list", "--json").stdout)
+    assert added["authenticated"] is True and added["kek"] == URI
+    assert len(added["keys"]) == 4
+    after = json.loads(sealed.read_text())
+    assert after["data_key"] == before["data_key"] and after["id"] == before["id"]
+
+
+def test_keys_list_without_the_kek_shows_the_metadata_and_says_it_is_unchecked(
+    sealed: Path,
+) -> None:
+    shown = run("--keyset", str(sealed), "keys", "list")
+    assert "not authenticated" in shown.stderr and "A256GCM" in shown.stdout
+    listed = json.loads(run("--keyset", str(sealed), "keys", "list", "--json").stdout)
+    assert listed["authenticated"] is False and len(listed["keys"]) == 3
+    checked = run("--keyset", str(sealed), "--kek", URI, "keys", "list")
+    assert "metadata authenticated" in checked.stderr
+
+
+def test_encrypt_decrypt_and_rewrap_from_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    token = run("--keyset", str(path), "mint", "--request-id", "r").stdout.strip()
+    run("--keyset", str(path), "keys", "encrypt", "--kek", URI, "--kdf-cost", "10")
+    again = run("--keyset", str(path), "keys", "encrypt", "--kek", URI, code=6)
+    assert "encrypted already" in again.stderr
+    run("--keyset", str(path), "keys", "rewrap", "--from-kek", URI, "--kek", OTHER)
+    run("--keyset", str(path), "verify", "--request-id", "r", token, env={"MRTR_STATE_KEK": OTHER})
+    # the old KEK given before 'keys', the new one to rewrap, both called --kek
+    run("--keyset", str(path), "--kek", OTHER, "keys", "rewrap", "--kek", URI, "--kdf-cost", "10")
+    assert json.loads(path.read_text())["kek"] == URI
+    no = run("--keyset", str(path), "--kek", URI, "keys", "decrypt", code=2)
+    assert "--yes" in no.stderr
+    run("--keyset", str(path), "--kek", URI, "keys", "decrypt", "--yes")
+    run("--keyset", str(path), "verify", "--request-id", "r", token)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("keys", "encrypt"), "give the KEK to encrypt under"),
+        (("keys", "init", "--force", "--kdf-cost", "12"), "--kdf-cost needs a passphrase"),
+    ],
+)
+def test_conversion_usage_errors(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init")
+    assert message in run("--keyset", str(path), *args, code=2).stderr
+
+
+def test_decrypt_and_rewrap_need_the_current_kek(sealed: Path) -> None:
+    assert (
+        "give the keyset's KEK"
+        in run("--keyset", str(sealed), "keys", "decrypt", "--yes", code=6).stderr
+    )
+    assert (
+        "give the KEK the keyset is under now"
+        in run("--keyset", str(sealed), "keys", "rewrap", "--kek", OTHER, code=6).stderr
+    )
+
+
+def test_a_refused_kek_never_rewrites_the_keyset(sealed: Path) -> None:
+    before = sealed.read_bytes()
+    wrong = {"MRTR_TEST_PASSPHRASE": "not the passphrase at all"}
+    for args in (
+        ("rotate",),
+        ("keys", "add"),
+        ("keys", "rewrap", "--kek", OTHER),
+        ("keys", "decrypt", "--yes"),
+    ):
+        result = run("--keyset", str(sealed), "--kek", URI, *args, env=wrong, code=6)
+        assert "wrong passphrase" in result.stderr
+    doc = json.loads(before)
+    doc["keys"][0]["status"] = "retired"  # tampered: every writer refuses it too
+    sealed.write_text(json.dumps(doc))
+    tampered = sealed.read_bytes()
+    result = run("--keyset", str(sealed), "--kek", URI, "rotate", code=6)
+    assert "fails authentication" in result.stderr
+    assert sealed.read_bytes() == tampered
+
+
+def test_a_kek_that_cannot_be_reached_says_what_to_do(sealed: Path) -> None:
+    result = run(
+        "--keyset",
+        str(sealed),
+        "--kek",
+        URI,
+        "keys",
+        "list",
+        env={"MRTR_TEST_PASSPHRASE": ""},
+        code=6,
+    )
+    assert "environment variable MRTR_TEST_PASSPHRASE, which is not set or empty" in result.stderr
+    result = run("--keyset", str(sealed), "--kek", "vault:transit", "keys", "list", code=6)
+    assert "must start with one of passphrase:, pkcs11:, exec:" in result.stderr
+
+
+# --- SIGKILL during rewrap and rotate -----------------------------------------------------------
+
+
+def _open_either(path: Path, keks: tuple[str, str]) -> tuple[str, Keyset]:
+    for kek in keks:
+        try:
+            return kek, Keyset.load(path, reload_interval=None, kek=kek)
+        except KekRefused:
+            continue
+    raise AssertionError(f"{path} opens under neither KEK")
+
+
+def _kill_at_random(command: list[str], rng: random.Random, env: dict[str, str]) -> int:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mrtr_state", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    time.sleep(rng.uniform(0.05, 0.6))
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    _out, err = process.communicate()
+    assert process.returncode in (0, -signal.SIGKILL), err.decode()
+    return process.returncode
+
+
+def test_sigkill_during_rewrap_leaves_the_old_or_the_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
+    run("--keyset", str(path), "--kek", URI, "keys", "init")  # default cost: ~0.1 s per scrypt
+    secrets = [k.to_jwk() for k in Keyset.load(path, kek=URI)]
+    rng = random.Random(20261205)
+    outcomes = {0: 0, -signal.SIGKILL: 0}
+    for _ in range(24):
+        current, _keyset = _open_either(path, (URI, OTHER))
+        target = OTHER if current == URI else URI
+        code = _kill_at_random(
+            ["--keyset", str(path), "keys", "rewrap", "--from-kek", current, "--kek", target],
+            rng,
+            env,
+        )
+        outcomes[code] += 1
+        now_under, keyset = _open_either(path, (URI, OTHER))
+        assert [k.to_jwk() for k in keyset] == secrets  # never torn, never another key
+        if code == 0:
+            assert now_under == target
+    assert outcomes[0] >= 3 and outcomes[-signal.SIGKILL] >= 3, outcomes
+
+
+def test_sigkill_during_rotate_leaves_the_old_or_the_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT), "MRTR_STATE_KEK": URI}
+    run("--keyset", str(path), "--kek", URI, "keys", "init", "--alg", "A256GCM")
+    written: set[str] = {k.kid for k in Keyset.load(path, kek=URI)}
+    rng = random.Random(202612051)
+    outcomes = {0: 0, -signal.SIGKILL: 0}
+    for attempt in range(24):
+        command = ["keys", "add", "--alg", "A256GCM"] if attempt % 2 else ["rotate"]
+        outcomes[_kill_at_random(["--keyset", str(path), *command], rng, env)] += 1
+        keyset = Keyset.load(path, reload_interval=None, kek=URI)  # authenticates every time
+        now = {k.kid for k in keyset}
+        assert written <= now  # nothing a finished command wrote is lost
+        written = now
+    assert outcomes[0] >= 3 and outcomes[-signal.SIGKILL] >= 3, outcomes
+
+
+def test_a_replica_keeps_its_last_good_keyset_when_the_kek_changes_under_it(
+    sealed: Path,
+) -> None:
+    live = Keyset.load(sealed, reload_interval=0, kek=URI)
+    run("--keyset", str(sealed), "--kek", URI, "keys", "rewrap", "--kek", OTHER, "--kdf-cost", "10")
+    problem = live.check()
+    assert problem is not None and "was encrypted under KEK " + OTHER in str(problem)
+    assert len(live) == 3 and live.reload_failures >= 1
+    record: Any = live._sealing
+    assert record is not None and record.kek.uri == URI  # still the last good version
