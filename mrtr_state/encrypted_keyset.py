@@ -137,16 +137,22 @@ def open_document(
             f"keyset {source} is encrypted (KEK {document['kek']}); give its KEK with --kek URI, "
             "MRTR_STATE_KEK or the config's kek"
         )
-    if kek.uri != document["kek"]:
-        raise KekRefused(
-            f"keyset {source} was encrypted under KEK {document['kek']}, not {kek.uri}; "
-            "use the KEK it names (or keys rewrap it to this one)"
-        )
     keyset_id = document["id"]
     context = _WRAP_CONTEXT + keyset_id.encode("ascii")
     if not may_call_kek and not kek.remembers(document["data_key"], context):
         raise NeedsKek(source)
-    data_key = kek.unwrap(document["data_key"], context)
+    try:
+        data_key = kek.unwrap(document["data_key"], context)
+    except KekRefused as err:
+        # The recorded URI is a hint, never a choice: the same KEK may be reached by another
+        # URI here (a PIN file mounted elsewhere), so it is tried; on failure, name the likely
+        # cause.
+        if kek.uri == document["kek"]:
+            raise
+        raise KekRefused(
+            f"keyset {source} was encrypted under KEK {document['kek']}, and {kek.uri} does not "
+            f"open it ({err}); use that KEK, or keys rewrap the keyset to this one"
+        ) from None
     if len(data_key) != 32:
         raise KekRefused(f"the KEK of {source} returned a data key of {len(data_key)} bytes")
     header = {name: document[name] for name in (MARKER, "id", "kek", "data_key", "keys")}

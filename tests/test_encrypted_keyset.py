@@ -340,13 +340,30 @@ def test_a_whole_other_keyset_of_the_same_kek_is_not_this_one_spliced(
         Keyset.load(mine, kek=passphrase)
 
 
-def test_a_kek_uri_edited_in_the_file_is_refused(tmp_path: Path, passphrase: Kek) -> None:
+def test_a_kek_uri_edited_in_the_file_is_never_run_and_fails_authentication(
+    tmp_path: Path, passphrase: Kek
+) -> None:
     path = encrypted(tmp_path, passphrase)
     doc = document(path)
-    doc["kek"] = "exec:/tmp/evil"
+    evidence = tmp_path / "ran"
+    doc["kek"] = f"exec:touch {evidence}"
     rewrite(path, doc)
-    with pytest.raises(KekRefused, match="encrypted under KEK exec:/tmp/evil"):
+    with pytest.raises(KeysetTampered):
         Keyset.load(path, kek=passphrase)  # the configured KEK is used, never the file's
+    assert not evidence.exists()
+
+
+def test_the_same_kek_reached_by_another_uri_opens_the_keyset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rotation job and the replicas may mount the passphrase at different paths."""
+    for folder in ("job", "replica"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "passphrase").write_text("one passphrase, two mounts")
+        (tmp_path / folder / "passphrase").chmod(0o400)
+    written_by = f"passphrase:file:{tmp_path}/job/passphrase"
+    path = encrypted(tmp_path, kek_from_uri(written_by, kdf_log_n=10))
+    assert len(Keyset.load(path, kek=f"passphrase:file:{tmp_path}/replica/passphrase")) == 3
 
 
 @pytest.mark.parametrize(
