@@ -375,8 +375,7 @@ class _FileWatch:
                 keys, sealing = _read_keys(text, keyset.source, self.kek, may_call_kek=wait)
                 table = _Table(keys, keyset.source, keyset._table)
             except NeedsKek:
-                self.next_check = time.monotonic()  # the next look that may wait takes it
-                return False
+                return False  # the next look that may wait (check, reload) opens it
             except KeysetError as err:
                 if isinstance(err, (KekRefused, KekUnavailable)) and (
                     failed is None or failed[0] != current or time.monotonic() >= failed[1]

@@ -190,19 +190,31 @@ def _open_either(path: Path, keks: tuple[str, str]) -> tuple[str, Keyset]:
     raise AssertionError(f"{path} opens under neither KEK")
 
 
-def _kill_at_random(command: list[str], rng: random.Random, env: dict[str, str]) -> int:
+def _kill_at_random(
+    command: list[str], rng: random.Random, env: dict[str, str], span: float
+) -> int:
+    """Run ``command`` and SIGKILL it at a random moment within ``span`` seconds (about as long
+    as a whole run takes on this machine, so that kills land all along it)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "mrtr_state", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
     )
-    time.sleep(rng.uniform(0.05, 0.6))
+    time.sleep(rng.uniform(0.0, span))
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
     _out, err = process.communicate()
     assert process.returncode in (0, -signal.SIGKILL), err.decode()
     return process.returncode
+
+
+def _duration(command: list[str], env: dict[str, str]) -> float:
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "mrtr_state", *command], env=env, check=True, capture_output=True
+    )
+    return time.monotonic() - started
 
 
 def test_sigkill_during_rewrap_leaves_the_old_or_the_new_file(tmp_path: Path) -> None:
@@ -212,6 +224,8 @@ def test_sigkill_during_rewrap_leaves_the_old_or_the_new_file(tmp_path: Path) ->
     secrets = [k.to_jwk() for k in Keyset.load(path, kek=URI)]
     rng = random.Random(20261205)
     outcomes = {0: 0, -signal.SIGKILL: 0}
+    rewrap = ["--keyset", str(path), "keys", "rewrap", "--from-kek", URI, "--kek", OTHER]
+    span = _duration(rewrap, env) * 1.2  # the keyset is under OTHER now
     for _ in range(24):
         current, _keyset = _open_either(path, (URI, OTHER))
         target = OTHER if current == URI else URI
@@ -219,8 +233,10 @@ def test_sigkill_during_rewrap_leaves_the_old_or_the_new_file(tmp_path: Path) ->
             ["--keyset", str(path), "keys", "rewrap", "--from-kek", current, "--kek", target],
             rng,
             env,
+            span,
         )
         outcomes[code] += 1
+        span *= 1.15 if code else 0.9  # keep kills landing before, during and after the write
         now_under, keyset = _open_either(path, (URI, OTHER))
         assert [k.to_jwk() for k in keyset] == secrets  # never torn, never another key
         if code == 0:
@@ -235,9 +251,14 @@ def test_sigkill_during_rotate_leaves_the_old_or_the_new_file(tmp_path: Path) ->
     written: set[str] = {k.kid for k in Keyset.load(path, kek=URI)}
     rng = random.Random(202612051)
     outcomes = {0: 0, -signal.SIGKILL: 0}
+    # every run writes: a zero propagation and period make rotate add or promote each time
+    rotate = ["rotate", "--propagation", "0s", "--every", "0s"]
+    span = _duration(["--keyset", str(path), *rotate], env) * 1.2
     for attempt in range(24):
-        command = ["keys", "add", "--alg", "A256GCM"] if attempt % 2 else ["rotate"]
-        outcomes[_kill_at_random(["--keyset", str(path), *command], rng, env)] += 1
+        command = ["keys", "add", "--alg", "A256GCM"] if attempt % 2 else rotate
+        code = _kill_at_random(["--keyset", str(path), *command], rng, env, span)
+        outcomes[code] += 1
+        span *= 1.15 if code else 0.9  # keep kills landing before, during and after the write
         keyset = Keyset.load(path, reload_interval=None, kek=URI)  # authenticates every time
         now = {k.kid for k in keyset}
         assert written <= now  # nothing a finished command wrote is lost
