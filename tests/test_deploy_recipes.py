@@ -241,14 +241,25 @@ def test_a_compose_secret_reads_when_the_host_file_belongs_to_the_services_user(
     spec = (DEPLOY / "compose" / "compose.yaml").read_text()
     uid, gid = (int(part) for part in yaml_scalar(spec, "user").split(":"))
     assert yaml_scalar(spec, "MRTR_STATE_KEYSET") == "/run/secrets/mrtr_keyset"
-    keyset = ms.Keyset.generate(("A256GCM",))
-    host_file = open_dir / "keyset.json"  # a bind mount shows the host file as it is
-    keyset.save(host_file)
+    secret_file = yaml_scalar(spec, "MRTR_STATE_KEK").removeprefix("passphrase:file:")
+    assert secret_file == "/run/secrets/mrtr_keyset_passphrase"
+    # a bind mount shows each host file as it is
+    passphrase = open_dir / "keyset-passphrase"
+    passphrase.write_text("a random passphrase from the operator\n")
+    passphrase.chmod(0o600)
+    kek = f"passphrase:file:{passphrase}"
+    host_file = open_dir / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(host_file, kek=kek)
+    os.chown(passphrase, uid, gid)
     os.chown(host_file, uid, gid)
-    assert as_user(uid, (gid,), lambda: len(ms.Keyset.load(host_file))) == 1
+    assert as_user(uid, (gid,), lambda: len(ms.Keyset.load(host_file, kek=kek))) == 1
     host_file.chmod(0o644)  # as `cp` on a default umask leaves it
     with pytest.raises(ms.KeysetPermissions, match="chmod 600"):
-        as_user(uid, (gid,), lambda: ms.Keyset.load(host_file))
+        as_user(uid, (gid,), lambda: ms.Keyset.load(host_file, kek=kek))
+    host_file.chmod(0o600)
+    passphrase.chmod(0o644)  # a readable passphrase protects nothing: refused too
+    with pytest.raises(ms.KekUnavailable, match="mode 0644"):
+        as_user(uid, (gid,), lambda: ms.Keyset.load(host_file, kek=kek))
 
 
 # --- a plain host: systemd and cron ---------------------------------------------------------
