@@ -538,3 +538,60 @@ def test_a_kek_that_failed_on_a_file_is_not_asked_again_every_second(
     monkeypatch.setenv("MRTR_TEST_KEK_MODE", "")
     Keyset.update(path, lambda ks: ks.with_new_key("HS256")[0], kek=uri)  # the file changes
     assert live.check() is None and len(live) == 4  # tried at once, and loaded
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "pkcs11:token=%FF;object=k?module-path=/x.so&pin-source=env:P",
+        "pkcs11:token=t;object=%C3?module-path=/x.so&pin-source=env:P",
+        "pkcs11:token=t;object=k?module-path=/x%FF.so&pin-source=env:P",
+    ],
+)
+def test_a_pkcs11_uri_that_is_not_utf8_once_decoded_is_a_config_error(uri: str) -> None:
+    with pytest.raises(ConfigError, match="not UTF-8 once decoded"):
+        kek_from_uri(uri)
+
+
+def test_a_passphrase_with_an_undecodable_byte_is_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MRTR_TEST_PASSPHRASE", "correct horse \udcff battery staple")
+    path = encrypted(tmp_path, kek_from_uri(PASS_URI, kdf_log_n=10))
+    assert len(Keyset.load(path, kek=PASS_URI)) == 3
+
+
+def test_a_record_of_another_kind_of_kek_is_refused_by_kind(
+    tmp_path: Path, passphrase: Kek, helper_key: Path
+) -> None:
+    helper = kek_from_uri(helper_uri(helper_key))
+    by_passphrase = document(encrypted(tmp_path, passphrase, "p.json"))["data_key"]
+    by_helper = document(encrypted(tmp_path, helper, "h.json"))["data_key"]
+    with pytest.raises(KekRefused, match="not a helper record"):
+        helper.unwrap(by_passphrase, b"context")
+    with pytest.raises(KekRefused, match="not a scrypt passphrase record"):
+        passphrase.unwrap(by_helper, b"context")
+
+
+def test_secrets_that_do_not_match_the_key_list_are_refused(
+    tmp_path: Path, passphrase: Kek
+) -> None:
+    """Only a KEK holder can write such a file (it authenticates); it is refused all the same."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from mrtr_state._encoding import b64url_encode
+    from mrtr_state.encrypted_keyset import _associated_data
+
+    path = encrypted(tmp_path, passphrase)
+    loaded = Keyset.load(path, kek=passphrase)
+    sealing = loaded._sealing
+    assert sealing is not None
+    doc = document(path)
+    header = {name: doc[name] for name in (MARKER, "id", "kek", "data_key", "keys")}
+    nonce = os.urandom(12)
+    one_secret = json.dumps(["AAAA"]).encode()  # three keys listed, one secret
+    sealed = AESGCM(sealing._data_key).encrypt(nonce, one_secret, _associated_data(header))
+    doc["secrets"] = {"nonce": b64url_encode(nonce), "ciphertext": b64url_encode(sealed)}
+    rewrite(path, doc)
+    with pytest.raises(KeysetTampered, match="do not match the key list"):
+        Keyset.load(path, kek=passphrase)

@@ -204,3 +204,20 @@ def test_the_cli_verifies_with_an_hsm_kek_in_a_fresh_process(tmp_path: Path, hsm
         text=True,
     )
     assert done.returncode == 6 and "was encrypted under KEK" in done.stderr
+
+
+def test_a_pin_that_is_not_text_is_unavailable(tmp_path: Path, hsm: Hsm) -> None:
+    pin = tmp_path / "pin"
+    pin.write_bytes(b"\xff\xfe")
+    pin.chmod(0o600)
+    with pytest.raises(KekUnavailable, match="PIN is not UTF-8"):
+        Keyset.generate().save(tmp_path / "k.json", kek=hsm.uri(pin=pin))
+
+
+def test_a_record_of_another_kind_of_kek_is_refused_before_the_token_is_asked(
+    tmp_path: Path, hsm: Hsm
+) -> None:
+    from mrtr_state.kek import kek_from_uri
+
+    with pytest.raises(KekRefused, match="not a PKCS#11 AES-GCM record"):
+        kek_from_uri(hsm.uri()).unwrap({"wrapped": "AAAA"}, b"context")

@@ -122,7 +122,8 @@ def read_secret_source(spec: str, what: str, uri: str) -> bytes:
                 f"the {what} of KEK {uri} comes from environment variable {where}, which is "
                 "not set or empty; set it (from a Secret, not a command line)"
             )
-        return value.encode("utf-8")
+        # the bytes the environment holds (an undecodable byte round-trips, never raises)
+        return value.encode("utf-8", "surrogateescape")
     if kind == "file" and where:
         from ..keyfile import read_private_file
 

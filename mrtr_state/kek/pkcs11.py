@@ -60,7 +60,10 @@ def parse_pkcs11_uri(uri: str) -> tuple[dict[str, bytes], dict[str, str]]:
             if table is path:
                 path[name] = decoded
             else:
-                query[name] = decoded.decode("utf-8", "strict")
+                try:
+                    query[name] = decoded.decode("utf-8", "strict")
+                except UnicodeDecodeError:
+                    raise ConfigError(f"KEK {uri}: {name}= is not UTF-8 once decoded") from None
     return path, query
 
 
@@ -87,6 +90,11 @@ class Pkcs11Kek(Kek):
             raise ConfigError(f"KEK {uri}: name the key with object=LABEL or id=%XX...")
         if self.path.get("type", b"secret-key") != b"secret-key":
             raise ConfigError(f"KEK {uri}: the KEK must be a secret-key object (an AES key)")
+        for name in ("token", "object", "serial"):
+            try:
+                _text(self.path.get(name))
+            except UnicodeDecodeError:
+                raise ConfigError(f"KEK {uri}: {name}= is not UTF-8 once decoded") from None
 
     def wrap(self, data_key: bytes, context: bytes) -> dict[str, Any]:
         nonce = os.urandom(_NONCE_BYTES)
@@ -125,7 +133,10 @@ class Pkcs11Kek(Kek):
         """Run ``operation(key, pkcs11_module)`` in a logged-in session on the KEK's token."""
         p11 = _import()
         lib = _library(self.query["module-path"], self.uri)
-        pin = read_secret_source(self.query["pin-source"], "PIN", self.uri).decode("utf-8")
+        try:
+            pin = read_secret_source(self.query["pin-source"], "PIN", self.uri).decode("utf-8")
+        except UnicodeDecodeError:
+            raise KekUnavailable(f"KEK {self.uri}: the PIN is not UTF-8 text") from None
         errors = p11.exceptions
         try:
             token = lib.get_token(
