@@ -595,3 +595,31 @@ def test_secrets_that_do_not_match_the_key_list_are_refused(
     rewrite(path, doc)
     with pytest.raises(KeysetTampered, match="do not match the key list"):
         Keyset.load(path, kek=passphrase)
+
+
+def test_any_single_change_to_an_encrypted_file_is_refused_with_our_error_or_is_harmless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hypothesis: one character of the file replaced by any other. Either the change does not
+    alter the document (whitespace for whitespace) and the same keys load, or a KeysetError is
+    raised; never another exception, never other keys."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    monkeypatch.setenv("MRTR_TEST_PASSPHRASE", "correct horse battery staple")
+    kek = kek_from_uri(PASS_URI, kdf_log_n=10)
+    path = encrypted(tmp_path, kek)
+    text = path.read_text()
+    original = [k.to_jwk() for k in Keyset.load(path, kek=kek)]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(0, len(text) - 1), st.characters(codec="utf-8"))
+    def one_change(at: int, char: str) -> None:
+        changed = text[:at] + char + text[at + 1 :]
+        try:
+            loaded = Keyset.from_json(changed, kek=kek)
+        except ms.KeysetError:
+            return
+        assert [k.to_jwk() for k in loaded] == original
+
+    one_change()
