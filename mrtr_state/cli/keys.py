@@ -160,7 +160,8 @@ def keys_init(
     Examples:
       mrtr-state keys init
       mrtr-state --keyset /etc/mcp/keyset.json keys init --alg A256GCM
-      MRTR_STATE_PASSPHRASE=... mrtr-state keys init --kek passphrase:env:MRTR_STATE_PASSPHRASE
+      read -rs MRTR_STATE_PASSPHRASE && export MRTR_STATE_PASSPHRASE   # never in argv
+      mrtr-state keys init --kek passphrase:env:MRTR_STATE_PASSPHRASE
     """
     settings = app.settings()
     path = app.writable_path(settings)
