@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode, json_dumps, json_loads
+from ._printable import printable
 from .errors import KekRefused, KekRequired, KeysetInvalid, KeysetTampered
 from .kek import Kek
 
@@ -132,9 +133,10 @@ def open_document(
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     _check_shape(document, source)
+    recorded = printable(document["kek"])  # the file's text: inert in messages and logs
     if kek is None:
         raise KekRequired(
-            f"keyset {source} is encrypted (KEK {document['kek']}); give its KEK with --kek URI, "
+            f"keyset {source} is encrypted (KEK {recorded}); give its KEK with --kek URI, "
             "MRTR_STATE_KEK or the config's kek"
         )
     keyset_id = document["id"]
@@ -150,7 +152,7 @@ def open_document(
         if kek.uri == document["kek"]:
             raise
         raise KekRefused(
-            f"keyset {source} was encrypted under KEK {document['kek']}, and {kek.uri} does not "
+            f"keyset {source} was encrypted under KEK {recorded}, and {kek.uri} does not "
             f"open it ({err}); use that KEK, or keys rewrap the keyset to this one"
         ) from None
     if len(data_key) != 32:
@@ -198,7 +200,7 @@ def _check_shape(document: Mapping[str, Any], source: str) -> None:
         said = "; ".join(
             part
             for part in (
-                f"unknown members {', '.join(extra)}" if extra else "",
+                f"unknown members {printable(', '.join(extra))}" if extra else "",
                 f"missing {', '.join(missing)}" if missing else "",
             )
             if part

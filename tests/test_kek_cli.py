@@ -276,3 +276,16 @@ def test_a_replica_keeps_its_last_good_keyset_when_the_kek_changes_under_it(
     assert len(live) == 3 and live.reload_failures >= 1
     record: Any = live._sealing
     assert record is not None and record.kek.uri == URI  # still the last good version
+
+
+def test_a_kek_uri_in_the_file_reaches_no_terminal_raw(sealed: Path) -> None:
+    """The file's text is an attacker's: an escape sequence in its kek member is shown inert
+    by keys list and in every error, never obeyed by the terminal."""
+    doc = json.loads(sealed.read_text())
+    doc["kek"] = "passphrase:env:X\x1b[2J\x1b]0;owned\x07"
+    sealed.write_text(json.dumps(doc))
+    listed = run("--keyset", str(sealed), "keys", "list")
+    refused = run("--keyset", str(sealed), "verify", "--request-id", "r", "x", code=6)
+    for shown in (listed.stderr, refused.stderr):
+        assert "\x1b" not in shown and "\x07" not in shown
+        assert "\\x1b[2J" in shown

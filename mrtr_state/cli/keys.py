@@ -547,8 +547,10 @@ def _list_unauthenticated(
 ) -> None:
     """``keys list`` of an encrypted keyset without its KEK: the clear metadata, said to be
     unauthenticated (only the KEK proves nobody changed it)."""
+    from .._printable import printable
+
     warning = (
-        f"encrypted under {kek_uri}; listed without the KEK, so not authenticated "
+        f"encrypted under {printable(kek_uri)}; listed without the KEK, so not authenticated "
         "(give --kek to check it)"
     )
     if as_json:
