@@ -2,8 +2,9 @@
 KMS helper would, holding its AES-256 key in the file named by its first argument.
 
 Run as ``python tests/kek_helper.py KEYFILE``. ``MRTR_TEST_KEK_MODE`` makes it misbehave as a
-broken helper can (``fail``, ``garbage``, ``refuse``, ``short``, ``extra``); ``MRTR_TEST_KEK_LOG``
-names a file it appends each operation to, so tests can count calls to the KEK.
+broken helper can (``fail``, ``garbage``, ``huge``, ``refuse``, ``short``, ``extra``);
+``MRTR_TEST_KEK_LOG`` names a file it appends each operation to, so tests can count calls to the
+KEK.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def main() -> int:
         return 1
     if mode == "garbage":
         print("Hello! I am not JSON")
+        return 0
+    if mode == "huge":
+        print(json.dumps({"ciphertext": "A" * 100_000, "plaintext": "A" * 100_000}))
         return 0
     if mode == "refuse":
         print("InvalidCiphertextException", file=sys.stderr)

@@ -430,6 +430,7 @@ def test_a_passphrase_record_out_of_bounds_is_refused_before_scrypt_runs(
     [
         ("fail", KekUnavailable, r"exit 1\): the KMS said: AccessDeniedException"),
         ("garbage", KekUnavailable, "printed no valid answer"),
+        ("huge", KekUnavailable, "printed no valid answer"),
         ("extra", KekUnavailable, "printed no valid answer"),
         ("refuse", KekRefused, "refused to unwrap the data key: InvalidCiphertextException"),
         ("short", KekRefused, "data key of 16 bytes"),

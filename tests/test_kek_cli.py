@@ -289,3 +289,8 @@ def test_a_kek_uri_in_the_file_reaches_no_terminal_raw(sealed: Path) -> None:
     for shown in (listed.stderr, refused.stderr):
         assert "\x1b" not in shown and "\x07" not in shown
         assert "\\x1b[2J" in shown
+
+
+def test_keys_list_of_a_damaged_file_without_the_kek_is_an_error(sealed: Path) -> None:
+    sealed.write_text(sealed.read_text()[:200])
+    assert "not valid JSON" in run("--keyset", str(sealed), "keys", "list", code=6).stderr

@@ -78,7 +78,7 @@ def hsm() -> Iterator[Hsm]:
 
     lib = _library(MODULE, "setup")
     with lib.get_token(token_label=TOKEN).open(user_pin="4321", rw=True) as session:
-        for label in ("kek", "other"):
+        for label in ("kek", "other", "twin", "twin"):
             session.generate_key(
                 pkcs11.KeyType.AES,
                 256,
@@ -150,6 +150,11 @@ def test_a_missing_object_or_token_is_unavailable(tmp_path: Path, hsm: Hsm) -> N
     with pytest.raises(KekUnavailable, match="no token matches"):
         Keyset.generate().save(tmp_path / "b.json", kek=hsm.uri(token="no-such-token"))
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_ambiguous_key_is_unavailable(tmp_path: Path, hsm: Hsm) -> None:
+    with pytest.raises(KekUnavailable, match="several AES keys match"):
+        Keyset.generate().save(tmp_path / "k.json", kek=hsm.uri(obj="twin"))
 
 
 def test_a_missing_library_is_unavailable(tmp_path: Path, hsm: Hsm) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import mrtr_state as ms
 
-from .helpers import ROOT, ProxyProcess, call, request, send_raw
+from .helpers import ROOT, ProxyProcess, call, private_redis, request, send_raw
 from .servers import ScriptedUpstream, free_port, serving
 
 
@@ -214,26 +213,8 @@ def redis_url() -> Iterator[str]:
     if given:
         yield given
         return
-    if shutil.which("redis-server") is None:
-        pytest.skip("no redis-server binary: install Debian's redis-server")
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.terminate()
-        server.wait(10)
+    with private_redis() as (_server, url):
+        yield url
 
 
 def test_two_proxies_share_one_keyset_and_one_replay_store(tmp_path: Path, redis_url: str) -> None:

@@ -42,34 +42,21 @@ def with_global_options(command: click.Command) -> click.Command:
     TOKEN``); the one closest to the command wins, as with kubectl or gh.
     """
     names = {name for param in command.params for name in getattr(param, "opts", ())}
-    if "--kek" not in names:
-        command.params.append(
-            click.Option(
-                ["--kek"],
-                metavar="URI",
-                expose_value=False,
-                callback=_remember_flag,
-                help=KEK_HELP,
-            )
-        )
+    if "--kek" not in names:  # keys rewrap has its own --kek: the new KEK
+        command.params.append(_global_option(["--kek"], "URI", KEK_HELP))
     if "--keyset" not in names:
         command.params += [
-            click.Option(
-                ["--keyset", "-k"],
-                metavar="PATH",
-                expose_value=False,
-                callback=_remember_flag,
-                help=KEYSET_HELP,
-            ),
-            click.Option(
-                ["--config"],
-                metavar="PATH",
-                expose_value=False,
-                callback=_remember_flag,
-                help=CONFIG_HELP,
-            ),
+            _global_option(["--keyset", "-k"], "PATH", KEYSET_HELP),
+            _global_option(["--config"], "PATH", CONFIG_HELP),
         ]
     return command
+
+
+def _global_option(names: list[str], metavar: str, help: str) -> click.Option:
+    """A global option repeated on a command: remembered on the App, not passed to it."""
+    return click.Option(
+        names, metavar=metavar, expose_value=False, callback=_remember_flag, help=help
+    )
 
 
 class ErrorMappingGroup(click.Group):

@@ -150,22 +150,27 @@ class Pkcs11Kek(Kek):
             ) from None
         try:
             with token.open(user_pin=pin) as session:
-                try:
-                    key = session.get_key(
-                        object_class=p11.ObjectClass.SECRET_KEY,
-                        key_type=p11.KeyType.AES,
-                        label=_text(self.path.get("object")),
-                        id=self.path.get("id"),
-                    )
-                except errors.NoSuchKey:
+                # every match, the search run to its end (a search left open makes the
+                # session's close fail), then exactly one is wanted
+                search = {
+                    p11.Attribute.CLASS: p11.ObjectClass.SECRET_KEY,
+                    p11.Attribute.KEY_TYPE: p11.KeyType.AES,
+                }
+                if "object" in self.path:
+                    search[p11.Attribute.LABEL] = _text(self.path["object"])
+                if "id" in self.path:
+                    search[p11.Attribute.ID] = self.path["id"]
+                found = list(session.get_objects(search))
+                if not found:
                     raise KekUnavailable(
                         f"KEK {self.uri}: the token holds no AES secret key with that "
                         "object=/id=; create it in the HSM (see docs/encrypted-keysets.md)"
-                    ) from None
-                except errors.MultipleObjectsReturned:
+                    )
+                if len(found) > 1:
                     raise KekUnavailable(
                         f"KEK {self.uri}: several AES keys match; name one by object= and id="
-                    ) from None
+                    )
+                (key,) = found
                 return operation(key, p11)
         except (errors.PinIncorrect, errors.PinLenRange, errors.PinLocked) as err:
             raise KekUnavailable(
