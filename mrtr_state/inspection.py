@@ -1,19 +1,25 @@
-"""What :func:`mrtr_state.inspect` reports about a token: a value for people and for scripts.
+"""``inspect``: what a token shows without a key, and what its key confirms.
 
-Kept apart from :mod:`mrtr_state.tokens` because it is a report, not a step of verification:
-``verified`` is true only if every check that ran passed, and :meth:`Inspection.to_dict` is the
-JSON shape ``mrtr-state inspect --json`` prints (never key material).
+Kept apart from verification (:mod:`mrtr_state.tokens`, which re-exports it) because it is a
+report, not a step on a token's accepting path: ``verified`` is true only if every check that
+ran passed, and :meth:`Inspection.to_dict` is the JSON shape ``mrtr-state inspect --json``
+prints (never key material).
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .errors import InvalidToken
-    from .formats import Anatomy
+from ._encoding import EncodingError, json_loads
+from .errors import BadSignature, InvalidToken
+from .formats import Anatomy, Format, format_for_alg, format_of, token_text
+from .policy import DEFAULT_POLICY, Policy
 
-__all__ = ["Inspection"]
+if TYPE_CHECKING:
+    from .keyset import Keyset
+
+__all__ = ["Inspection", "inspect"]
 
 
 class Inspection:
@@ -97,3 +103,94 @@ class Inspection:
             "expires_at": claims.get("exp") if claims else None,
             "notes": list(self.notes),
         }
+
+
+def inspect(
+    token: str | bytes,
+    *,
+    keyset: Keyset | None = None,
+    now: float | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> Inspection:
+    """Describe a token. Without a keyset nothing is verified and the result says so.
+
+    With a keyset the tag or MAC, the claim types and the lifetime are checked; bindings are not
+    (inspect is not told which principal or request to expect), and the notes say so.
+    """
+    text = token_text(token, policy.max_size)
+    fmt = format_of(text)
+    anatomy = fmt.anatomy(text)
+    envelope = fmt.envelope
+    notes = fmt.notes
+    if fmt.shares:
+        notes = (*notes, _shared_note(fmt, keyset))
+    if keyset is None:
+        return Inspection(
+            anatomy=anatomy,
+            verified=False,
+            envelope=envelope.kind,
+            state_member=envelope.state_member,
+            claims=_readable_claims(anatomy),
+            notes=("no keyset: nothing was verified", *notes),
+        )
+    known = keyset.get(anatomy.kid) if anatomy.kid else None
+    try:
+        if fmt.associates:  # the tag covers a binding inspect is not given: checked with none
+            key, plaintext = fmt.open(keyset, text, b"")  # type: ignore[call-arg]
+        else:
+            key, plaintext = fmt.open(keyset, text)
+    except InvalidToken as err:
+        if fmt.associates and isinstance(err, BadSignature):
+            notes = (*notes, _UNSTATED_ASSOCIATED)
+        return Inspection(
+            anatomy=anatomy,
+            verified=False,
+            envelope=envelope.kind,
+            state_member=envelope.state_member,
+            key_status="unknown" if known is None else known.status,
+            claims=_readable_claims(anatomy),
+            problem=err,
+            notes=notes,
+        )
+    if key.alg != fmt.alg:  # one shape, two formats: the key that opened it names this one
+        fmt = format_for_alg(key.alg)
+        anatomy = fmt.anatomy(text)
+        notes = (*fmt.notes, f"{fmt.name}: opened by its key {key.kid}")
+    if not anatomy.kid:  # a token that names no key: the one that opened it
+        anatomy.kid = key.kid
+    view = fmt.envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
+    return Inspection(
+        anatomy=anatomy,
+        verified=view.problem is None,
+        envelope=view.kind,
+        state_member=view.state_member,
+        key_status=key.status,
+        claims=view.claims,
+        sealed_bytes=view.sealed_bytes,
+        problem=view.problem,
+        notes=(*notes, *view.notes),
+    )
+
+
+_UNSTATED_ASSOCIATED = (
+    "the tag covers associated data (the server's binding), which inspect checks as empty: "
+    "a token minted with a bind value fails here; verify --bind checks it"
+)
+
+
+def _shared_note(fmt: Format, keyset: Keyset | None) -> str:
+    names = " or ".join((fmt.name, *fmt.shares))
+    if keyset is None:
+        return f"this shape is {names}; without a keyset it cannot tell which"
+    return f"this shape is {names}; the keyset's key that opens it tells which"
+
+
+def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:
+    """Claims a readable format shows anyone, parsed but not trusted."""
+    if anatomy.readable is None or anatomy.readable[:1] != b"{":
+        return None
+    try:
+        document = json_loads(anatomy.readable)
+    except EncodingError:
+        return None
+    return document if isinstance(document, dict) else None

@@ -17,22 +17,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._encoding import EncodingError, b64url_encode, encode_parsed, json_loads
+from ._encoding import b64url_encode, encode_parsed
 from ._entropy import random_bytes
 from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
-from .errors import (
-    BadSignature,
-    InvalidToken,
-    LifetimeBeyondStore,
-    MalformedToken,
-    OversizedToken,
-    Replayed,
-    WrongFormat,
-)
-from .formats import Anatomy, Format, format_for_alg, format_of, get_format
-from .inspection import Inspection
+from .errors import LifetimeBeyondStore, Replayed, WrongFormat
+from .formats import Format, format_for_alg, format_of, get_format, token_text
+from .inspection import Inspection, inspect
 from .policy import DEFAULT_POLICY, Policy
 
 if TYPE_CHECKING:
@@ -73,24 +65,6 @@ class Minted:
         return self.claims.exp
 
 
-def _text(token: str | bytes, policy: Policy) -> str:
-    """Size-check and normalise untrusted token input to ASCII text."""
-    if not isinstance(token, str | bytes):
-        raise TypeError(f"token must be str or bytes, not {type(token).__name__}")
-    if len(token) > policy.max_size:
-        raise OversizedToken(
-            f"token is {len(token)} bytes, over the {policy.max_size}-byte size cap"
-        )
-    if isinstance(token, bytes):
-        try:
-            return token.decode("ascii")
-        except UnicodeDecodeError:
-            raise MalformedToken("token holds non-ASCII bytes") from None
-    if not token.isascii():
-        raise MalformedToken("token holds non-ASCII characters")
-    return token
-
-
 def _open(
     keyset: Keyset,
     token: str | bytes,
@@ -102,11 +76,11 @@ def _open(
 
     A wire whose tag covers associated data (rmcp's) is given the bind value's bytes. Where one
     shape serves two formats, the key that opened the token names the format."""
-    # The common case (an ASCII str within the cap) is checked inline; _text says why not.
+    # The common case (an ASCII str within the cap) is checked inline; token_text says why not.
     if type(token) is str and len(token) <= policy.max_size and token.isascii():
         text = token
     else:
-        text = _text(token, policy)
+        text = token_text(token, policy.max_size)
     fmt = format_of(text)
     if wanted is not None and wanted != fmt.name:
         get_format(wanted)  # a caller's typo is a ValueError, not a rejected token
@@ -360,94 +334,3 @@ def open_envelope(
     """The (format, SDK envelope) of a token made by :func:`seal_envelope` (not public API)."""
     fmt, _key, plaintext, _text = _open(keyset, token, format, policy)
     return fmt.name, fmt.envelope.codec_envelope(plaintext)
-
-
-def inspect(
-    token: str | bytes,
-    *,
-    keyset: Keyset | None = None,
-    now: float | None = None,
-    policy: Policy = DEFAULT_POLICY,
-) -> Inspection:
-    """Describe a token. Without a keyset nothing is verified and the result says so.
-
-    With a keyset the tag or MAC, the claim types and the lifetime are checked; bindings are not
-    (inspect is not told which principal or request to expect), and the notes say so.
-    """
-    text = _text(token, policy)
-    fmt = format_of(text)
-    anatomy = fmt.anatomy(text)
-    envelope = fmt.envelope
-    notes = fmt.notes
-    if fmt.shares:
-        notes = (*notes, _shared_note(fmt, keyset))
-    if keyset is None:
-        return Inspection(
-            anatomy=anatomy,
-            verified=False,
-            envelope=envelope.kind,
-            state_member=envelope.state_member,
-            claims=_readable_claims(anatomy),
-            notes=("no keyset: nothing was verified", *notes),
-        )
-    known = keyset.get(anatomy.kid) if anatomy.kid else None
-    try:
-        if fmt.associates:  # the tag covers a binding inspect is not given: checked with none
-            key, plaintext = fmt.open(keyset, text, b"")  # type: ignore[call-arg]
-        else:
-            key, plaintext = fmt.open(keyset, text)
-    except InvalidToken as err:
-        if fmt.associates and isinstance(err, BadSignature):
-            notes = (*notes, _UNSTATED_ASSOCIATED)
-        return Inspection(
-            anatomy=anatomy,
-            verified=False,
-            envelope=envelope.kind,
-            state_member=envelope.state_member,
-            key_status="unknown" if known is None else known.status,
-            claims=_readable_claims(anatomy),
-            problem=err,
-            notes=notes,
-        )
-    if key.alg != fmt.alg:  # one shape, two formats: the key that opened it names this one
-        fmt = format_for_alg(key.alg)
-        anatomy = fmt.anatomy(text)
-        notes = (*fmt.notes, f"{fmt.name}: opened by its key {key.kid}")
-    if not anatomy.kid:  # a token that names no key: the one that opened it
-        anatomy.kid = key.kid
-    view = fmt.envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
-    return Inspection(
-        anatomy=anatomy,
-        verified=view.problem is None,
-        envelope=view.kind,
-        state_member=view.state_member,
-        key_status=key.status,
-        claims=view.claims,
-        sealed_bytes=view.sealed_bytes,
-        problem=view.problem,
-        notes=(*notes, *view.notes),
-    )
-
-
-_UNSTATED_ASSOCIATED = (
-    "the tag covers associated data (the server's binding), which inspect checks as empty: "
-    "a token minted with a bind value fails here; verify --bind checks it"
-)
-
-
-def _shared_note(fmt: Format, keyset: Keyset | None) -> str:
-    names = " or ".join((fmt.name, *fmt.shares))
-    if keyset is None:
-        return f"this shape is {names}; without a keyset it cannot tell which"
-    return f"this shape is {names}; the keyset's key that opens it tells which"
-
-
-def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:
-    """Claims a readable format shows anyone, parsed but not trusted."""
-    if anatomy.readable is None or anatomy.readable[:1] != b"{":
-        return None
-    try:
-        document = json_loads(anatomy.readable)
-    except EncodingError:
-        return None
-    return document if isinstance(document, dict) else None

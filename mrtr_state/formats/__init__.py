@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import MalformedToken
+from ..errors import MalformedToken, OversizedToken
 
 if TYPE_CHECKING:
     from ..envelopes import Envelope
@@ -35,6 +35,7 @@ __all__ = [
     "format_for_alg",
     "format_of",
     "get_format",
+    "token_text",
 ]
 
 
@@ -271,3 +272,19 @@ def format_of(token: str) -> Format:
 def detect_format(token: str) -> str:
     """The name of the format a token is written in (:func:`format_of`)."""
     return format_of(token).name
+
+
+def token_text(token: str | bytes, max_size: int) -> str:
+    """Size-check and normalise untrusted token input to ASCII text."""
+    if not isinstance(token, str | bytes):
+        raise TypeError(f"token must be str or bytes, not {type(token).__name__}")
+    if len(token) > max_size:
+        raise OversizedToken(f"token is {len(token)} bytes, over the {max_size}-byte size cap")
+    if isinstance(token, bytes):
+        try:
+            return token.decode("ascii")
+        except UnicodeDecodeError:
+            raise MalformedToken("token holds non-ASCII bytes") from None
+    if not token.isascii():
+        raise MalformedToken("token holds non-ASCII characters")
+    return token
