@@ -113,13 +113,36 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_DECODER = json.JSONDecoder(
+Scan = Callable[[str, int], tuple[Any, int]]
+
+
+def _counting_scanner() -> tuple[Scan, list[int]]:
+    """The C scanner building objects on its fast path (plain dicts, no member lists), and a
+    cell it adds each object's member count to. A duplicate member leaves its object one
+    member short, which is how :func:`_parse` sees it without a hook that sees every pair."""
+    members = [0]
+
+    def counted(obj: dict[str, Any]) -> dict[str, Any]:
+        members[0] += len(obj)
+        return obj
+
+    decoder = json.JSONDecoder(
+        object_hook=counted, parse_constant=_refuse_constant, parse_float=_finite_float
+    )
+    return decoder.scan_once, members  # type: ignore[attr-defined]
+
+
+# Idle counting scanners. A parse takes one (list.pop and append are atomic), so threads, and
+# a parse started inside another (a signal handler's), never share a count; the pool holds as
+# many as ever ran at once.
+_IDLE: list[tuple[Scan, list[int]]] = []
+# Names the duplicate once one has been seen: the scanner with a hook given every pair. Only
+# refusals run it.
+_EXPLAIN: Scan = json.JSONDecoder(
     object_pairs_hook=_unique_members,
     parse_constant=_refuse_constant,
     parse_float=_finite_float,
-)
-# The decoder's C scanner, called directly: see json_loads.
-_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+).scan_once  # type: ignore[attr-defined]
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -160,56 +183,42 @@ _encode = one_shot_encoder(_ENCODER)
 
 
 _CONTAINERS = (dict, list, tuple)
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of a parsed value, level by level, queueing containers only (a state of a
-    hundred small objects costs a hundred steps, not one per value)."""
-    depth = 0
-    level = [value] if isinstance(value, _CONTAINERS) else []
-    while level:
-        depth += 1
-        below: list[Any] = []
-        for item in level:
-            children = item.values() if isinstance(item, dict) else item
-            below += [child for child in children if isinstance(child, _CONTAINERS)]
-        level = below
-    return depth
-
-
-# Brackets of both kinds become "{" / "}"; quotes and backslashes are kept; every other byte
-# goes. UTF-8 continuation bytes are >= 0x80, so no multi-byte character loses or gains one.
+# What the skeleton keeps: quotes (deleted once strings are paired), member and item separators,
+# brackets. UTF-8 continuation bytes are >= 0x80, so no multi-byte character yields one.
+_NOT_STRUCTURE = bytes(set(range(256)) - set(b'":,[]{}'))
+# Brackets of both kinds become "{" / "}"; separators go.
 _BRACKETS = bytes.maketrans(b"[]", b"{}")
-_NOT_STRUCTURE = bytes(set(range(256)) - set(b'[]{}"\\'))
+_BACKSLASH, _QUOTE, _COLON, _OPEN_OBJECT, _OPEN_ARRAY = b'\\":{['  # int needles
 
 
-def _too_deep(text: str, value: Any, max_depth: int) -> bool:
-    """Whether ``value``, just parsed from ``text``, nests deeper than ``max_depth``.
+def skeleton(data: bytes) -> bytes:
+    """The structure of the valid JSON ``data`` outside its strings: its ``:`` (one per
+    member), ``,`` and brackets, in order. Made at C speed, for :func:`_parse`'s checks.
 
-    Read from the text at C speed where the text allows it: with no backslash, strings' quotes
-    pair up in order, so once every byte is deleted but brackets and quotes, a string that held
-    no bracket is ``""``. If every quote is in such a pair (counted left to right, as the
-    strings run), the brackets left are the document's own, well nested (the parse succeeded),
-    and each pass of deleting ``{}`` strips the innermost level. Otherwise (an escape, a
-    bracket inside a string) walk the parsed value.
+    Escaped backslashes, then escaped quotes, go first (left to right, as a reader pairs
+    them), so every quote left opens or closes a string, in turn. Then all but quotes,
+    separators and brackets goes; a string holding none of those is then ``""``, and two of
+    those quotes are adjacent only there (valid JSON puts a separator or bracket between two
+    strings), so they go. The few strings left (a URL's colon, a bracket in text) are dropped
+    by splitting at the quotes and keeping every other piece.
     """
-    # fewer brackets than levels: nothing to measure (counted on the text while it is short,
-    # where that is cheapest, else on the marks the measure needs anyway)
-    if len(text) < 1024 and text.count("{") + text.count("[") <= max_depth:
-        return False
-    marks = text.encode("utf-8", "surrogatepass").translate(_BRACKETS, _NOT_STRUCTURE)
-    if marks.count(b"{") <= max_depth:
-        return False
-    if b"\\" in marks or marks.count(b'""') * 2 != marks.count(b'"'):
-        return _depth(value) > max_depth
-    skeleton = marks.translate(None, b'"')
+    if _BACKSLASH in data:  # (an int needle is a plain memchr; a bytes one is not)
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if _QUOTE in marks:
+        marks = b"".join(marks.split(b'"')[::2])
+    return marks
+
+
+def nesting_depth(structure: bytes, stop_after: int) -> int:
+    """How deeply the containers of a :func:`skeleton` nest, counted up to ``stop_after`` + 1
+    (the work is a pass per level). Each pass deletes the innermost level: empty brackets."""
+    level = structure.translate(_BRACKETS, b":,")
     depth = 0
-    while skeleton:
+    while level and depth <= stop_after:
         depth += 1
-        if depth > max_depth:
-            return True
-        skeleton = skeleton.replace(b"{}", b"")
-    return False
+        level = level.replace(b"{}", b"")
+    return depth
 
 
 def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
@@ -238,14 +247,13 @@ def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
 
 def strict_object(plaintext: bytes) -> tuple[dict[str, Any], str] | None:
     """The JSON object ``plaintext`` holds and its text, under :func:`json_loads_object`'s
-    rules, or None (that function then says why). Every verification's envelope starts here:
-    the scanner called directly, the depth walked only when the brackets could exceed it."""
+    rules, or None (that function then says why). Every verification's envelope starts here."""
     try:
         text = plaintext.decode("utf-8")
-        document, end = _SCAN(text, 0)
-    except (ValueError, StopIteration, RecursionError):  # EncodingError, UnicodeDecodeError
+        document = _parse(text, plaintext, MAX_DEPTH)
+    except ValueError:  # EncodingError, UnicodeDecodeError
         return None
-    if type(document) is not dict or end != len(text) or _too_deep(text, document, MAX_DEPTH):
+    if type(document) is not dict:
         return None
     return document, text
 
@@ -258,29 +266,35 @@ def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """
     if isinstance(data, bytes):
         try:
-            data = data.decode("utf-8")
+            return _parse(data.decode("utf-8"), data, max_depth)
         except UnicodeDecodeError:
             raise EncodingError("JSON is not valid UTF-8") from None
-    return _parse(data, max_depth)
+    return _parse(data, None, max_depth)
 
 
 def json_loads_object(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """:func:`json_loads` of UTF-8 bytes that must start with ``{`` (claims, envelopes).
-
-    The verification hot path: the same checks, with the type dispatch saved.
-    """
+    """:func:`json_loads` of UTF-8 bytes that must start with ``{`` (claims, envelopes)."""
     if data[:1] != b"{":
         raise EncodingError("not a JSON object")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise EncodingError("JSON is not valid UTF-8") from None
-    return _parse(text, max_depth)
+    return json_loads(data, max_depth)
 
 
-def _parse(text: str, max_depth: int) -> Any:
+def _parse(text: str, data: bytes | None, max_depth: int) -> Any:
+    """The value ``text`` (whose UTF-8 is ``data``, when the caller has it) holds, or the
+    :class:`EncodingError` saying why not.
+
+    One scan by the C scanner, counting members; then the :func:`skeleton` of the text says how
+    many members it wrote and how deeply it nests, at C speed. Fewer members built than
+    written means a name was repeated: the explaining scanner then names it.
+    """
     try:
-        value, end = _SCAN(text, 0)
+        scan, members = _IDLE.pop()
+    except IndexError:
+        scan, members = _counting_scanner()
+    members[0] = 0
+    try:
+        value, end = scan(text, 0)
+        built = members[0]  # read before the scanner goes back to the pool for another parse
     except EncodingError:
         raise
     except StopIteration:
@@ -289,11 +303,32 @@ def _parse(text: str, max_depth: int) -> Any:
         raise EncodingError(f"JSON nests deeper than {max_depth} levels") from None
     except ValueError as err:  # JSONDecodeError, and int() refusing a 4,300-digit literal
         raise EncodingError(f"not valid JSON ({err})") from None
+    finally:
+        _IDLE.append((scan, members))
     if end != len(text):
         raise EncodingError(f"not valid JSON (unexpected data at offset {end})")
-    if _too_deep(text, value, max_depth):
+    if data is None:
+        data = text.encode("utf-8", "surrogatepass")
+    structure = skeleton(data)
+    if structure.count(_COLON) != built:
+        raise _duplicate(text)
+    if (
+        structure.count(_OPEN_OBJECT) + structure.count(_OPEN_ARRAY) > max_depth
+        and nesting_depth(structure, max_depth) > max_depth
+    ):
         raise EncodingError(f"JSON nests deeper than {max_depth} levels")
     return value
+
+
+def _duplicate(text: str) -> EncodingError:
+    """The refusal of ``text``, which built fewer members than it wrote: a repeated name."""
+    try:
+        _EXPLAIN(text, 0)
+    except EncodingError as err:
+        return err
+    except (ValueError, StopIteration, RecursionError):
+        pass
+    return EncodingError("JSON has a duplicate member")  # not reached: fail closed
 
 
 _encode_ascii = one_shot_encoder(json.JSONEncoder(separators=(",", ":"), allow_nan=False))

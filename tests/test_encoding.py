@@ -111,15 +111,107 @@ _tricky_values = st.recursive(
 )
 
 
-@given(_tricky_values, st.integers(0, 40), st.booleans())
-def test_depth_read_from_the_text_agrees_with_walking_the_value(
-    value: object, max_depth: int, ascii_only: bool
+def _reference(text: str) -> tuple[int, int]:
+    """(members written, depth) of ``text``, read by the pure-Python parser with every pair
+    kept: the measure the skeleton must agree with, by another route."""
+    from json import scanner
+
+    decoder = json.JSONDecoder(object_pairs_hook=lambda pairs: ("object", pairs))
+    decoder.scan_once = scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    value = decoder.decode(text)
+
+    def walk(node: object) -> tuple[int, int]:
+        if isinstance(node, tuple) and node[:1] == ("object",):
+            pairs = node[1]
+            inner = [walk(child) for _name, child in pairs]
+            deepest = max((d for _m, d in inner), default=0)
+            return len(pairs) + sum(m for m, _d in inner), 1 + deepest
+        if isinstance(node, list):
+            inner = [walk(child) for child in node]
+            return sum(m for m, _d in inner), 1 + max((d for _m, d in inner), default=0)
+        return 0, 0
+
+    return walk(value)
+
+
+def _spaced(value: object, indent: int | None, ascii_only: bool) -> str:
+    # compact, or spread over lines with ": " separators: the skeleton must not depend on it
+    separators = (",", ":") if indent is None else (", ", " : ")
+    return json.dumps(value, ensure_ascii=ascii_only, indent=indent, separators=separators)
+
+
+@given(_tricky_values, st.sampled_from([None, 0, 2]), st.booleans())
+def test_the_skeleton_counts_members_and_depth_as_a_full_parse_does(
+    value: object, indent: int | None, ascii_only: bool
 ) -> None:
-    # the measure that reads the text at C speed and the walk it falls back on must agree,
-    # whatever brackets, quotes or escapes the strings hold, at every cap
-    text = json.dumps(value, ensure_ascii=ascii_only)
-    parsed = json.loads(text)
-    assert _encoding._too_deep(text, parsed, max_depth) == (_encoding._depth(parsed) > max_depth)
+    # whatever brackets, quotes, colons, commas or escapes the strings hold, and however the
+    # text is spaced, the skeleton's colons are the members and its brackets the nesting
+    text = _spaced(value, indent, ascii_only)
+    structure = _encoding.skeleton(text.encode("utf-8", "surrogatepass"))
+    members, depth = _reference(text)
+    assert structure.count(b":") == members
+    assert _encoding.nesting_depth(structure, 64) == min(depth, 65)
+
+
+_names = st.text(alphabet=st.sampled_from(list('ab:,"\\[{ ')), max_size=4)
+
+
+@given(
+    st.lists(st.tuples(_names, _tricky_values), min_size=1, max_size=4),
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.sampled_from([None, 0, 2]),
+)
+def test_a_repeated_member_name_is_refused_at_any_level(
+    members: list[tuple[str, object]], at: int, nest: int, indent: int | None
+) -> None:
+    # the pairs written as text by hand (a dict cannot hold a duplicate), the name repeated
+    name, child = members[at % len(members)]
+    pairs = [*members, (name, child)]
+    separator = ":" if indent is None else " : "
+    body = ",".join(
+        json.dumps(key) + separator + _spaced(item, indent, False) for key, item in pairs
+    )
+    text = "{" + body + "}"
+    for _ in range(nest):
+        text = '{"outer":[' + text + "]}"
+    with pytest.raises(EncodingError, match="duplicate member"):
+        json_loads(text)
+    assert _encoding.strict_object(text.encode("utf-8", "surrogatepass")) is None
+
+
+@given(_tricky_values, st.sampled_from([None, 0, 2]))
+def test_what_has_no_repeated_name_is_read_back_whole(value: object, indent: int | None) -> None:
+    text = _spaced(value, indent, False)
+    if _reference(text)[1] <= MAX_DEPTH:
+        assert json_loads(text) == json.loads(text)
+
+
+def test_each_thread_counts_its_own_members() -> None:
+    # parses running at once in several threads: each sees only its own objects' members
+    import threading
+
+    wide = json.dumps({f"k{i}": {"a": 1, "b": [1, {"c": 2}]} for i in range(300)})
+    duplicated = '{"x":[' + ",".join(['{"a":1,"a":2}'] * 200) + "]}"
+    failures: list[str] = []
+
+    def run(text: str, ok: bool) -> None:
+        for _ in range(200):
+            try:
+                json_loads(text)
+                accepted = True
+            except EncodingError:
+                accepted = False
+            if accepted != ok:
+                failures.append(text[:20])
+
+    threads = [threading.Thread(target=run, args=(wide, True)) for _ in range(3)]
+    threads += [threading.Thread(target=run, args=(duplicated, False)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 8])
@@ -128,13 +220,13 @@ def test_depth_read_from_the_text_agrees_with_walking_the_value(
     [{}, {"k": "plain"}, {"k": "]]]"}, {"k": 'a\\"['}],
     ids=["empty", "plain-string", "brackets-in-a-string", "escape"],
 )
-def test_depth_cap_holds_on_both_paths_of_the_measure(levels: int, filler: object) -> None:
+def test_depth_cap_holds_whatever_the_strings_hold(levels: int, filler: object) -> None:
     # wide as well as deep, so the bracket count alone never decides
     value: object = [filler] * 40  # two levels: the list and the filler object
     for _ in range(levels - 2):
         value = [value, filler]
-    assert _encoding._depth(value) == levels
     text = json.dumps(value)
+    assert _reference(text)[1] == levels
     if levels > MAX_DEPTH:
         with pytest.raises(EncodingError, match="deeper"):
             json_loads(text)

@@ -1,0 +1,137 @@
+"""Differential fuzzing of the strict JSON reader (``make fuzz``).
+
+    python fuzz/fuzz_json.py -atheris_runs=1000000
+
+The reader counts each object's members as the C scanner builds it and reads how many the text
+wrote, and how deeply it nests, from a skeleton made at C speed. This checks every verdict
+against a reference that takes none of those shortcuts: the standard library's pure-Python
+scanner, keeping every member pair, walked for repeated names and depth. Both must accept the
+same documents (and read the same value) and refuse the same ones. Inputs start from documents
+holding what the skeleton must see through: escapes, quotes, brackets and colons in strings,
+whitespace, repeated names at every level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from json import scanner
+from typing import Any
+
+import atheris
+
+with atheris.instrument_imports():
+    from mrtr_state._encoding import MAX_DEPTH, EncodingError, json_loads, strict_object
+
+SEEDS = [
+    b'{"a":1,"b":[true,null,{"c":"x:y"}]}',
+    b'{"iat":1,"exp":2,"st":{"u":"https://h/p?q=[1]","e":"a\\\\\\"b\\\\"}}',
+    b'{ "a" : 1 , "a" : 2 }',
+    b'{"x":[{"k":1,"k":1}]}',
+    b'["\\\\","\\"",":",",","{","[]"]',
+    b'{"":{"":{"":[]}}}',
+]
+
+
+class Refused(Exception):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise Refused("duplicate")
+    return dict(pairs)
+
+
+def _constant(name: str) -> Any:
+    raise Refused(name)
+
+
+def _int(text: str) -> int:
+    if not text.isascii():  # the pure-Python scanner's \d takes any Unicode digit; JSON does not
+        raise Refused("digit")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    if not text.isascii():
+        raise Refused("digit")
+    value = float(text)
+    if not math.isfinite(value):
+        raise Refused("overflow")
+    return value
+
+
+_REFERENCE = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float, parse_int=_int
+)
+_REFERENCE.scan_once = scanner.py_make_scanner(_REFERENCE)  # type: ignore[attr-defined]
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def reference(data: bytes) -> Any:
+    """The value ``data`` holds under the strict rules, or :class:`Refused`."""
+    try:
+        text = data.decode("utf-8")
+        value, end = _REFERENCE.scan_once(text, 0)  # type: ignore[attr-defined]
+    except (ValueError, StopIteration, RecursionError, Refused) as err:
+        raise Refused(str(err)) from None
+    if end != len(text) or _depth(value) > MAX_DEPTH:
+        raise Refused("trailing data or too deep")
+    return value
+
+
+def one_input(raw: bytes) -> None:
+    provider = atheris.FuzzedDataProvider(raw)
+    if provider.ConsumeBool():  # a seed with bytes spliced in, so most inputs are near-JSON
+        base = SEEDS[provider.ConsumeIntInRange(0, len(SEEDS) - 1)]
+        at = provider.ConsumeIntInRange(0, len(base))
+        cut = provider.ConsumeIntInRange(0, 4)
+        spliced = provider.ConsumeBytes(provider.ConsumeIntInRange(0, 6))
+        data = base[:at] + spliced + base[at + cut :]
+    else:
+        data = provider.ConsumeBytes(provider.remaining_bytes())
+    check(data)
+
+
+def check(data: bytes) -> None:
+    try:
+        expected: Any = reference(data)
+    except Refused:
+        expected = Refused
+    try:
+        got: Any = json_loads(data)
+    except EncodingError:
+        got = Refused
+    if expected is Refused or got is Refused:
+        assert got is expected, (data, got, expected)
+    else:
+        assert got == expected or (got != got and expected != expected), (data, got)
+    if data[:1] == b"{":
+        parsed = strict_object(data)
+        assert (parsed is None) == (expected is Refused or type(expected) is not dict), data
+
+
+def main() -> None:
+    started = time.monotonic()
+    argv = [sys.argv[0], *[a for a in sys.argv[1:] if a.startswith("-")]]
+    for seed in SEEDS:
+        check(seed)
+    atheris.Setup(argv, one_input)
+    try:
+        atheris.Fuzz()
+    finally:
+        print(f"fuzz json: {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
