@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import time
 from json import scanner
 from typing import Any
 
 import atheris
+from _harness import run
 
 with atheris.instrument_imports():
     from mrtr_state._encoding import MAX_DEPTH, EncodingError, json_loads, strict_object
@@ -122,15 +121,9 @@ def check(data: bytes) -> None:
 
 
 def main() -> None:
-    started = time.monotonic()
-    argv = [sys.argv[0], *[a for a in sys.argv[1:] if a.startswith("-")]]
     for seed in SEEDS:
         check(seed)
-    atheris.Setup(argv, one_input)
-    try:
-        atheris.Fuzz()
-    finally:
-        print(f"fuzz json: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    run("json", one_input)
 
 
 if __name__ == "__main__":

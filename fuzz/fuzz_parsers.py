@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from typing import Any
 
 import atheris
+from _harness import run
 
 with atheris.instrument_imports():
     import mrtr_state as ms
@@ -107,13 +107,7 @@ def main() -> None:
             with contextlib.suppress(ms.InvalidToken):
                 call()
 
-    started = time.monotonic()
-    argv = [sys.argv[0], *[a for a in sys.argv[1:] if a.startswith("-")]]
-    atheris.Setup(argv, one_input)
-    try:
-        atheris.Fuzz()
-    finally:
-        print(f"fuzz {fmt}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    run(fmt, one_input)
 
 
 if __name__ == "__main__":
