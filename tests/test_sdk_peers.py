@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import mrtr_state as ms
@@ -138,9 +138,13 @@ def test_ruby_opens_the_mcp_rb_tokens_we_seal(
 
 
 def _as_php_reads(value: Any) -> Any:
-    """What PHP's json_decode(..., true) gives back: {} is an empty array."""
+    """What PHP's json_decode(..., true) gives back, as its json_encode answers it: {} is an
+    empty array, and so is an object whose keys are "0".."n-1" in order (PHP makes them integer
+    keys of a list)."""
     if isinstance(value, dict):
-        return {k: _as_php_reads(v) for k, v in value.items()} if value else []
+        if list(value) == [str(i) for i in range(len(value))]:
+            return [_as_php_reads(v) for v in value.values()]
+        return {k: _as_php_reads(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_as_php_reads(v) for v in value]
     return value
@@ -159,6 +163,7 @@ php_values = st.recursive(
 
 @PEER_SETTINGS
 @given(data=st.dictionaries(texts, php_values, max_size=5) | st.lists(php_values, max_size=5))
+@example(data={"0": None, "x": {"0": 1, "1": 2}})  # keys "0".."n-1": a list once PHP has read it
 def test_php_verifies_the_mcp_php_tokens_we_sign(php: Peer, data: Any) -> None:
     token = ms.mint(KEYSET, data, format="mcp-php", ttl=60)
     key = base64.urlsafe_b64encode(PHP_SECRET).decode().rstrip("=")
