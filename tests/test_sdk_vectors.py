@@ -168,6 +168,12 @@ def test_ruby_envelopes_we_write_are_the_sdks_byte_for_byte(case: dict[str, Any]
         (1.5e-7, "1.5e-07"),
         (-1.25e300, "-1.25e+300"),
         (5e-324, "5.0e-324"),
+        # the point at 16 digits: fixed only with a 17th digit (spellings from ruby -e 'p ...')
+        (1000000000000000.5, "1000000000000000.5"),
+        (1234567890123456.8, "1234567890123456.8"),
+        (1234567890123456.0, "1.234567890123456e+15"),
+        (9999999999999998.0, "9.999999999999998e+15"),
+        (12345678901234568.0, "1.2345678901234568e+16"),
     ],
 )
 def test_floats_are_spelled_as_ruby_spells_them(value: float, spelled: str) -> None:

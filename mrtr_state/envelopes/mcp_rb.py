@@ -51,7 +51,8 @@ _new_tuple = tuple.__new__
 def ruby_float(value: float) -> str:
     """``value`` as Ruby's ``Float#to_s`` writes it: the shortest digits that read back as the
     same double (Python's ``repr`` finds the same ones), in fixed notation while the decimal
-    point falls within 16 digits of the first (``123456789012345.0``, ``0.0001``), else as
+    point falls within 16 digits of the first (``123456789012345.0``, ``0.0001``, and a
+    17-digit ``1000000000000000.5``), else as
     ``d.ddde+XX`` (``1.0e+15``, ``1.0e-05``)."""
     if not math.isfinite(value):
         raise ValueError(f"{value!r} has no JSON spelling")
@@ -68,7 +69,9 @@ def ruby_float(value: float) -> str:
     digits = significant.rstrip("0")
     if -4 < point <= 0:
         return f"{sign}0.{'0' * -point}{digits}"
-    if 0 < point < 16:
+    # Ruby also keeps a 17-digit value fixed when its point falls at 16 (1000000000000000.5),
+    # while 16 digits or fewer there are written with an exponent (1.234567890123456e+15)
+    if 0 < point < 16 or (point == 16 and len(digits) > point):
         if len(digits) <= point:
             return f"{sign}{digits}{'0' * (point - len(digits))}.0"
         return f"{sign}{digits[:point]}.{digits[point:]}"
