@@ -51,15 +51,19 @@ bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writ
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600
-fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each)
+FUZZ_FORMATS := aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php
+fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each); a crash fails, its input kept in fuzz/crashes/
 	$(BIN)/python -m pip install --quiet 'atheris==3.0.0'
-	@for fmt in aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php; do \
-		$(BIN)/python fuzz/fuzz_parsers.py $$fmt -atheris_runs=$(FUZZ_RUNS) \
-			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 \
-			| grep -E '^(Done|stat::number_of_executed_units|fuzz |==[0-9]+==)' || exit 1; \
+	@mkdir -p fuzz/crashes; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	for target in $(addprefix parsers:,$(FUZZ_FORMATS)) json:; do \
+		$(BIN)/python fuzz/fuzz_$${target%%:*}.py $${target#*:} -atheris_runs=$(FUZZ_RUNS) \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=fuzz/crashes/ \
+			>"$$log" 2>&1; status=$$?; \
+		grep -E '^(Done|stat::number_of_executed_units|fuzz |==[0-9]+==)' "$$log"; \
+		if [ $$status -ne 0 ]; then \
+			tail -n 40 "$$log" >&2; echo "fuzz $$target: exit $$status; a crashing input is kept in fuzz/crashes/" >&2; \
+			exit 1; fi; \
 	done
-	$(BIN)/python fuzz/fuzz_json.py -atheris_runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) \
-		-print_final_stats=1 2>&1 | grep -E '^(Done|stat::number_of_executed_units|fuzz |==[0-9]+==)'
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
