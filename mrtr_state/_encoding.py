@@ -224,7 +224,8 @@ def nesting_depth(structure: bytes, stop_after: int) -> int:
 def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     """Why ``value`` cannot be written as the JSON it is: a member name that is not text (the
     encoder would turn ``{1: 2}`` into ``{"1": 2}``, and a reader gets back something else), or
-    nesting deeper than :data:`MAX_DEPTH`. Walks containers level by level."""
+    nesting deeper than :data:`MAX_DEPTH`. Walks containers level by level, queueing only
+    containers; plain loops, since a comprehension is a function call of its own on 3.11."""
     depth = 0
     level = [value] if isinstance(value, _CONTAINERS) else []
     while level:
@@ -232,15 +233,17 @@ def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
         if depth > max_depth:
             return f"value nests deeper than {max_depth} levels"
         below: list[Any] = []
+        keep = below.append
         for item in level:
+            children: Any = item
             if isinstance(item, dict):
                 for name in item:
                     if not isinstance(name, str):
                         return f"a member name is {type(name).__name__}, not text: {name!r}"
-                children: Any = item.values()
-            else:
-                children = item
-            below += [child for child in children if isinstance(child, _CONTAINERS)]
+                children = item.values()
+            for child in children:
+                if isinstance(child, _CONTAINERS):
+                    keep(child)
         level = below
     return None
 
@@ -312,8 +315,11 @@ def _parse(text: str, data: bytes | None, max_depth: int) -> Any:
     structure = skeleton(data)
     if structure.count(_COLON) != built:
         raise _duplicate(text)
+    # every bracket opened is closed, so a skeleton of at most 2 * max_depth bytes opens at
+    # most max_depth containers and cannot nest deeper: claims never pay for the counts
     if (
-        structure.count(_OPEN_OBJECT) + structure.count(_OPEN_ARRAY) > max_depth
+        len(structure) > 2 * max_depth
+        and structure.count(_OPEN_OBJECT) + structure.count(_OPEN_ARRAY) > max_depth
         and nesting_depth(structure, max_depth) > max_depth
     ):
         raise EncodingError(f"JSON nests deeper than {max_depth} levels")

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .claims import arguments_digest
+from .claims import request_id as fingerprint
+
 __all__ = [
     "AUDIENCE",
     "BIND",
@@ -90,8 +93,6 @@ class Binding:
         """The request identifier of mrtr-state's claims: the caller's ``request_id``, or the
         fingerprint of method, target and arguments (see :func:`mrtr_state.request_id`)."""
         if self.rid is None and self.method is not None:
-            from .claims import request_id as fingerprint
-
             if not self.target:
                 raise ValueError("a request fingerprint needs a method and a non-empty target")
             self.rid = fingerprint(method=self.method, target=self.target, arguments=self.arguments)
@@ -100,8 +101,6 @@ class Binding:
     def digest(self) -> str:
         """The MCP Python SDK's digest of the arguments (``{}`` when none were given)."""
         if self._digest is None:
-            from .claims import arguments_digest
-
             self._digest = arguments_digest({} if self.arguments is None else self.arguments)
         return self._digest
 
