@@ -221,30 +221,37 @@ def nesting_depth(structure: bytes, stop_after: int) -> int:
     return depth
 
 
+# Types that are never containers, tested first: a set look-up settles most values before the
+# three-way isinstance (which must still catch subclasses of dict, list and tuple).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _writable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     """Why ``value`` cannot be written as the JSON it is: a member name that is not text (the
     encoder would turn ``{1: 2}`` into ``{"1": 2}``, and a reader gets back something else), or
-    nesting deeper than :data:`MAX_DEPTH`. Walks containers level by level, queueing only
-    containers; plain loops, since a comprehension is a function call of its own on 3.11."""
-    depth = 0
-    level = [value] if isinstance(value, _CONTAINERS) else []
-    while level:
-        depth += 1
-        if depth > max_depth:
-            return f"value nests deeper than {max_depth} levels"
-        below: list[Any] = []
-        keep = below.append
-        for item in level:
-            children: Any = item
-            if isinstance(item, dict):
-                for name in item:
-                    if not isinstance(name, str):
-                        return f"a member name is {type(name).__name__}, not text: {name!r}"
-                children = item.values()
-            for child in children:
-                if isinstance(child, _CONTAINERS):
-                    keep(child)
-        level = below
+    nesting deeper than :data:`MAX_DEPTH`."""
+    if not isinstance(value, _CONTAINERS):
+        return None
+    return _container_problem(value, 1, max_depth)
+
+
+def _container_problem(container: Any, depth: int, max_depth: int) -> str | None:
+    """:func:`_writable_problem` of a container ``depth`` levels down. Depth first, one call
+    per container and never per scalar (a call costs less than a level walk's queue on the
+    small states tokens carry); the recursion is bounded by ``max_depth``."""
+    if depth > max_depth:
+        return f"value nests deeper than {max_depth} levels"
+    children: Any = container
+    if isinstance(container, dict):
+        for name in container:
+            if type(name) is not str and not isinstance(name, str):
+                return f"a member name is {type(name).__name__}, not text: {name!r}"
+        children = container.values()
+    for child in children:
+        if type(child) not in _LEAVES and isinstance(child, _CONTAINERS):
+            problem = _container_problem(child, depth + 1, max_depth)
+            if problem is not None:
+                return problem
     return None
 
 

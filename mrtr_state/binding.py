@@ -155,7 +155,8 @@ def binding_of(
         # a binding stated but not carried would mint (or accept) an unbound token
         if method is None or target is None:
             raise ValueError("a request is bound by its method and target together")
-        check_text("method", method)
+        if type(method) is not str or not method or not method.isascii():
+            check_text("method", method)
         if type(target) is not str:
             raise ValueError(f"target must be a string, got {target!r}")
         if arguments is not None and not isinstance(arguments, dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -270,5 +271,56 @@ def test_json_dumps_refuses_over_deep_values() -> None:
     value: object = []
     for _ in range(MAX_DEPTH + 1):
         value = [value]
+    with pytest.raises(ValueError, match="deeper"):
+        json_dumps(value)
+
+
+class _Mapping(dict):  # type: ignore[type-arg]
+    pass
+
+
+class _Sequence(list):  # type: ignore[type-arg]
+    pass
+
+
+@pytest.mark.parametrize("levels", [1, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 8])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda inner: {"k": inner, "n": 1},
+        lambda inner: [1, "s", inner],
+        lambda inner: ("t", inner),
+        lambda inner: _Mapping(k=inner),
+        lambda inner: _Sequence([None, inner]),
+    ],
+    ids=["object", "array", "tuple", "dict-subclass", "list-subclass"],
+)
+def test_the_writer_caps_depth_as_the_reader_does(levels: int, wrap: Any) -> None:
+    value: object = [1, 2]
+    for _ in range(levels - 1):
+        value = wrap(value)
+    if levels > MAX_DEPTH:
+        with pytest.raises(ValueError, match="deeper"):
+            json_dumps(value)
+    else:
+        assert json_loads(json_dumps(value)) == json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("name", [1, 1.5, True, None], ids=["int", "float", "bool", "null"])
+@pytest.mark.parametrize("levels", [1, 2, MAX_DEPTH])
+@pytest.mark.parametrize("outer", [dict, _Mapping], ids=["dict", "dict-subclass"])
+def test_the_writer_refuses_a_member_name_that_is_not_text_at_any_depth(
+    name: object, levels: int, outer: Any
+) -> None:
+    value: object = outer({"fine": 1, name: 2})
+    for level in range(levels - 1):  # arrays and objects in turn, each one level
+        value = [{"ok": "x"}, value] if level % 2 else {"k": value, "n": None}
+    with pytest.raises(ValueError, match="member name"):
+        json_dumps(value)
+
+
+def test_the_writer_refuses_a_value_that_contains_itself() -> None:
+    value: dict[str, object] = {"a": 1}
+    value["self"] = value
     with pytest.raises(ValueError, match="deeper"):
         json_dumps(value)
