@@ -188,7 +188,7 @@ _CONTAINERS = (dict, list, tuple)
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b'":,[]{}'))
 # Brackets of both kinds become "{" / "}"; separators go.
 _BRACKETS = bytes.maketrans(b"[]", b"{}")
-_BACKSLASH, _QUOTE, _COLON, _OPEN_OBJECT, _OPEN_ARRAY = b'\\":{['  # int needles
+_BACKSLASH, _QUOTE, _COLON = b'\\":'  # int needles
 
 
 def skeleton(data: bytes) -> bytes:
@@ -323,12 +323,8 @@ def _parse(text: str, data: bytes | None, max_depth: int) -> Any:
     if structure.count(_COLON) != built:
         raise _duplicate(text)
     # every bracket opened is closed, so a skeleton of at most 2 * max_depth bytes opens at
-    # most max_depth containers and cannot nest deeper: claims never pay for the counts
-    if (
-        len(structure) > 2 * max_depth
-        and structure.count(_OPEN_OBJECT) + structure.count(_OPEN_ARRAY) > max_depth
-        and nesting_depth(structure, max_depth) > max_depth
-    ):
+    # most max_depth containers and cannot nest deeper: claims never pay for the measure
+    if len(structure) > 2 * max_depth and nesting_depth(structure, max_depth) > max_depth:
         raise EncodingError(f"JSON nests deeper than {max_depth} levels")
     return value
 
