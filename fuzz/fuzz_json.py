@@ -1,13 +1,15 @@
-"""Differential fuzzing of the strict JSON reader (``make fuzz``).
+"""Differential fuzzing of both JSON readers (``make fuzz``).
 
     python fuzz/fuzz_json.py -atheris_runs=1000000
 
-The reader counts each object's members as the C scanner builds it and reads how many the text
-wrote, and how deeply it nests, from a skeleton made at C speed. This checks every verdict
-against a reference that takes none of those shortcuts: the standard library's pure-Python
-scanner, keeping every member pair, walked for repeated names and depth. Both must accept the
-same documents (and read the same value) and refuse the same ones. Inputs start from documents
-holding what the skeleton must see through: escapes, quotes, brackets and colons in strings,
+The strict reader (for unauthenticated bytes) counts each object's members as the C scanner
+builds it and reads how many the text wrote, and how deeply it nests, from a skeleton made at C
+speed. This checks every verdict against a reference that takes none of those shortcuts: the
+standard library's pure-Python scanner, keeping every member pair, walked for repeated names and
+depth. Both must accept the same documents (and read the same value) and refuse the same ones.
+The plain reader (for authenticated plaintext) is held to ``json.loads`` with the same refusal
+of non-finite numbers and of whitespace around the object. Inputs start from documents holding
+what the skeleton must see through: escapes, quotes, brackets and colons in strings,
 whitespace, repeated names at every level.
 """
 
@@ -22,7 +24,7 @@ import atheris
 from _harness import run
 
 with atheris.instrument_imports():
-    from mrtr_state._encoding import MAX_DEPTH, EncodingError, json_loads, strict_object
+    from mrtr_state._encoding import MAX_DEPTH, EncodingError, authenticated_object, json_loads
 
 SEEDS = [
     b'{"a":1,"b":[true,null,{"c":"x:y"}]}',
@@ -116,8 +118,34 @@ def check(data: bytes) -> None:
     else:
         assert got == expected or (got != got and expected != expected), (data, got)
     if data[:1] == b"{":
-        parsed = strict_object(data)
-        assert (parsed is None) == (expected is Refused or type(expected) is not dict), data
+        try:
+            plain: Any = authenticated_object(data)
+        except EncodingError:
+            plain = Refused
+        loaded = plain_reference(data)
+        if plain is Refused or loaded is Refused:
+            assert plain is loaded, (data, plain, loaded)
+        else:
+            assert plain == loaded or (plain != plain and loaded != loaded), (data, plain)
+
+
+def plain_reference(data: bytes) -> Any:
+    """``json.loads`` of an object that a tag authenticated, as the plain reader reads it:
+    last of two members wins, non-finite numbers refused, nothing around the object."""
+    try:
+        text = data.decode("utf-8")
+        if text != text.rstrip(" \t\n\r"):
+            return Refused
+        return json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except (ValueError, RecursionError, Refused):
+        return Refused
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise Refused("overflow")
+    return value
 
 
 def main() -> None:

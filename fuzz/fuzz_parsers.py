@@ -26,6 +26,8 @@ with atheris.instrument_imports():
     from mrtr_state.envelopes import mcp_py as _py_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_rb as _rb_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_rs as _rs_envelope  # noqa: F401
+    from mrtr_state.envelopes import mcp_ts as _ts_envelope  # noqa: F401
+    from mrtr_state.envelopes import own as _own_envelope  # noqa: F401
     from mrtr_state.formats import (  # noqa: F401
         aead,
         jwe,

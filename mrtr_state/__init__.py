@@ -117,8 +117,9 @@ _WHERE = {
 
 
 _SUBMODULES = frozenset(
-    {"algorithms", "audit", "binding", "claims", "config", "envelopes", "errors", "formats"}
-    | {"inspection", "keyfile", "keyset", "lifecycle", "mcp", "policy", "replay", "tokens"}
+    {"audit", "binding", "claims", "config", "envelopes", "errors", "formats", "inspection"}
+    | {"key_derivation", "keyfile", "keyset", "keyset_store", "keyset_watch", "keytable"}
+    | {"lifecycle", "mcp", "policy", "registry", "replay", "sdk_codec", "tokens"}
 )
 
 

@@ -1,14 +1,30 @@
-"""Strict, canonical encodings: the bottom layer every format parses through.
+"""Canonical encodings: the bottom layer every format parses through.
 
 Two inputs that differ in any byte must never both be accepted as the same token, and no
 attacker-chosen input may make us do unbounded work. So:
 
 * base64url is unpadded and canonical: only ``A-Z a-z 0-9 - _``, no ``=``, no whitespace, and the
   unused low bits of the last character must be zero (otherwise four spellings decode alike);
-* JSON refuses duplicate member names (which parsers resolve differently), ``NaN``/``Infinity``,
-  numbers that overflow a double, integers over Python's 4,300-digit conversion limit, nesting
-  deeper than :data:`MAX_DEPTH`, and anything but strict UTF-8;
+* a key id is 8 lowercase hex digits (:func:`is_kid`), checked before any look-up;
 * sizes are checked by the callers before any of this runs (see :func:`check_size`).
+
+JSON is read two ways, by where the bytes come from (docs/security.md, "Strict where bytes are
+unauthenticated"):
+
+* :func:`json_loads`, the **strict** reader, for everything read before a tag or MAC has been
+  checked (a JOSE header read for why it was refused, a readable payload ``inspect`` shows
+  without a key) and for every input that is not a token (proxy bodies, CLI input, keyset and
+  config files, captures): it refuses duplicate member names (which parsers resolve
+  differently), ``NaN``/``Infinity``, numbers that overflow a double, integers over Python's
+  4,300-digit conversion limit, nesting deeper than :data:`MAX_DEPTH`, and anything but strict
+  UTF-8;
+* :func:`authenticated_object`, the **plain** reader, for the plaintext a tag or MAC has just
+  authenticated: a key holder wrote it, so it is read with the C scanner alone (``json.loads``
+  semantics: the last of two members of one name wins, as RFC 7515 section 5.2 allows), its
+  nesting bounded by the token size cap and the interpreter's recursion limit, which is refused
+  by name (:class:`NestingError`), never a traceback. ``NaN``, ``Infinity`` and numbers that
+  overflow a double are still refused: the hooks that do it run only when such a literal (or a
+  float) is met, so claims of integers and strings pay nothing for them.
 """
 
 from __future__ import annotations
@@ -26,6 +42,9 @@ from typing import Any
 __all__ = [
     "MAX_DEPTH",
     "EncodingError",
+    "NestingError",
+    "authenticated_json",
+    "authenticated_object",
     "b64url_decode",
     "b64url_encode",
     "check_size",
@@ -33,12 +52,13 @@ __all__ = [
     "compare_digest",
     "encode_parsed",
     "encode_wire",
+    "is_kid",
     "json_bytes",
     "json_dumps",
     "json_loads",
     "json_loads_object",
+    "json_value_end",
     "one_shot_encoder",
-    "strict_object",
 ]
 
 MAX_DEPTH = 32
@@ -54,6 +74,20 @@ _INDEX = {c: i for i, c in enumerate(_ALPHABET)}
 
 class EncodingError(ValueError):
     """Raised by this module; the calling layer turns it into the right public error."""
+
+
+class NestingError(EncodingError):
+    """Authenticated JSON nested deeper than the plain reader goes (the interpreter's recursion
+    limit): refused by name, a malformed token rather than claims that break a rule."""
+
+
+_HEX_DIGITS = "0123456789abcdef"
+
+
+def is_kid(value: object) -> bool:
+    """Whether ``value`` is a key id: 8 lowercase hex digits (checked without a regular
+    expression, whose compilation would cost every command's start-up)."""
+    return type(value) is str and len(value) == 8 and not value.strip(_HEX_DIGITS)
 
 
 def check_size(text: str | bytes, limit: int, what: str = "token") -> None:
@@ -255,17 +289,67 @@ def _container_problem(container: Any, depth: int, max_depth: int) -> str | None
     return None
 
 
-def strict_object(plaintext: bytes) -> tuple[dict[str, Any], str] | None:
-    """The JSON object ``plaintext`` holds and its text, under :func:`json_loads_object`'s
-    rules, or None (that function then says why). Every verification's envelope starts here."""
+# The plain reader: the C scanner with no hook on objects (so it builds them at C speed), and
+# hooks that run only on the literals NaN/Infinity and on floats.
+_PLAIN: Scan = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_finite_float
+).scan_once  # type: ignore[attr-defined]
+
+
+def authenticated_object(plaintext: bytes) -> dict[str, Any]:
+    """The JSON object in ``plaintext`` that a tag or MAC has just authenticated, read plainly
+    (see the module docstring), or the :class:`EncodingError` saying why not. Every
+    verification's envelope starts here. No whitespace around the object: key holders write
+    compact JSON, and one spelling fewer is one ambiguity fewer."""
+    if plaintext[:1] != b"{":
+        raise EncodingError("not a JSON object")
     try:
         text = plaintext.decode("utf-8")
-        document = _parse(text, plaintext, MAX_DEPTH)
-    except ValueError:  # EncodingError, UnicodeDecodeError
-        return None
-    if type(document) is not dict:
-        return None
-    return document, text
+        value, end = _PLAIN(text, 0)
+    except EncodingError:
+        raise
+    except StopIteration:
+        raise EncodingError("not valid JSON") from None
+    except RecursionError:
+        raise NestingError("JSON nests deeper than this reader goes") from None
+    except UnicodeDecodeError:
+        raise EncodingError("JSON is not valid UTF-8") from None
+    except ValueError as err:  # JSONDecodeError, and int() refusing a 4,300-digit literal
+        raise EncodingError(f"not valid JSON ({err})") from None
+    if end != len(text):
+        raise EncodingError(f"not valid JSON (unexpected data at offset {end})")
+    document: dict[str, Any] = value
+    return document
+
+
+def authenticated_json(data: bytes) -> Any:
+    """Any JSON value in authenticated ``data``, read as :func:`authenticated_object` reads an
+    object (for payloads that may be any value: rmcp's)."""
+    try:
+        text = data.decode("utf-8")
+        value, end = _PLAIN(text, 0)
+    except EncodingError:
+        raise
+    except StopIteration:
+        raise EncodingError("not valid JSON") from None
+    except RecursionError:
+        raise NestingError("JSON nests deeper than this reader goes") from None
+    except UnicodeDecodeError:
+        raise EncodingError("JSON is not valid UTF-8") from None
+    except ValueError as err:
+        raise EncodingError(f"not valid JSON ({err})") from None
+    if end != len(text):
+        raise EncodingError(f"not valid JSON (unexpected data at offset {end})")
+    return value
+
+
+def json_value_end(text: str, at: int) -> int:
+    """Where the JSON value starting at ``at`` in authenticated ``text`` ends (read plainly),
+    or :class:`EncodingError`: for finding a value's own text without writing it again."""
+    try:
+        return _PLAIN(text, at)[1]
+    except (StopIteration, RecursionError, ValueError):
+        raise EncodingError("not a JSON value") from None
 
 
 def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest
 from ._entropy import random_bytes
-from .formats._primitives import Keyed, hmac_key
+from ._primitives import Keyed, hmac_key
 
 if TYPE_CHECKING:
     from .keyset import Key

@@ -58,8 +58,8 @@ def check_text(name: str, value: Any) -> str:
 
 class Binding:
     """A validated binding (made by :func:`binding_of`, its only constructor): the values
-    stated, ``kinds`` (the bits of those stated) and ``rid``, the request identifier
-    mrtr-state's claims carry when one was stated as a string.
+    stated, ``kinds`` (the bits of those stated), ``rid``, the request identifier mrtr-state's
+    claims carry when one was stated as a string, and ``associated``, the bind value as bytes.
 
     Immutable in use. The request fingerprint and the SDK's arguments digest are worked out on
     first use and kept: verifying an ``mcp-py`` token needs the digest but no fingerprint.
@@ -68,6 +68,7 @@ class Binding:
     __slots__ = (
         "_digest",
         "arguments",
+        "associated",
         "audience",
         "bind",
         "kinds",
@@ -85,6 +86,9 @@ class Binding:
     target: str | None
     arguments: Any
     bind: str | bytes | None
+    #: the bind value's bytes (UTF-8 of text), for a wire whose tag covers it as associated
+    #: data (rmcp's); empty when no bind value was stated
+    associated: bytes
     kinds: int
     rid: str | None
     _digest: str | None
@@ -181,6 +185,9 @@ def binding_of(
     binding.target = target
     binding.arguments = arguments
     binding.bind = bind
+    binding.associated = (
+        b"" if bind is None else bind.encode("utf-8") if isinstance(bind, str) else bind
+    )
     binding.kinds = kinds
     binding._digest = None
     return binding

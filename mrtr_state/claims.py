@@ -1,8 +1,8 @@
-"""Claims: what a requestState token asserts, their exact shape, and request fingerprints.
+"""Claims: what a verified requestState token asserts, and request fingerprints.
 
-Numbers must be true integers: ``true`` is not 1, ``"1"`` is not 1, and 1e400 never gets this
-far (the JSON layer refuses it). The checks that decide whether to believe the claims (lifetime,
-then binding) are the accepting path of their envelope, :mod:`mrtr_state.envelopes.own`.
+The checks that decide whether to believe a token's claims (their shape, lifetime, then
+binding) are the accepting path of its envelope, :mod:`mrtr_state.envelopes`; this module holds
+what they produce and the request identity every format binds.
 """
 
 from __future__ import annotations
@@ -12,23 +12,10 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ._encoding import b64url_encode, one_shot_encoder
-from .errors import (
-    InvalidClaims,
-)
 
-__all__ = [
-    "Claims",
-    "arguments_digest",
-    "claims_of",
-    "claims_problem",
-    "parse_claims",
-    "request_id",
-]
+__all__ = ["MAX_TIME", "Claims", "arguments_digest", "audience_list", "request_id"]
 
 MAX_TIME = 2**53  # beyond this a double loses integers; no honest token gets near it
-_MAX_TIME = MAX_TIME
-_MEMBERS = frozenset({"iat", "exp", "jti", "sub", "aud", "rid", "st"})
-_REQUIRED = ("iat", "exp", "jti", "st")
 _FINGERPRINT_PREFIX = "mcp1:"
 # json.dumps(sort_keys=True, separators=(",", ":")) with its ASCII escaping, built once.
 _ARGUMENTS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -43,7 +30,7 @@ class Claims(NamedTuple):
     """The verified content of a token. ``state`` is what the server asked to carry.
 
     Immutable. A named tuple rather than a frozen dataclass because it is built on every
-    verification: a frozen dataclass's ``__init__`` costs more than the JSON checks of the claims.
+    verification: a frozen dataclass's ``__init__`` costs more than the checks of the claims.
     """
 
     state: Any
@@ -56,6 +43,12 @@ class Claims(NamedTuple):
     rid: str | None = None
     #: For the SDK formats, the envelope exactly as the token carries it.
     raw: Mapping[str, Any] | None = None
+    #: The id of the key that verified (or minted) the token: what a log line names, so that
+    #: no caller reads the token's bytes again for it.
+    kid: str | None = None
+    #: The format the token turned out to be (where one shape serves two, the key that opened
+    #: it named it).
+    format: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Claims under their JWT names, in the order they are minted (SDK envelopes as is)."""
@@ -70,81 +63,9 @@ class Claims(NamedTuple):
         return out
 
 
-_new_tuple = tuple.__new__
-
-
-def _integer_error(name: str, value: Any) -> InvalidClaims:
-    return InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def parse_claims(document: Any) -> Claims:
-    """The claims of a decoded document, or the :class:`InvalidClaims` naming what is wrong.
-
-    For showing claims (``inspect``) and rebuilding freshly minted ones. Verification does not
-    come here: its envelope's accepting path tests the same shape inline
-    (:mod:`mrtr_state.envelopes.own`) and asks :func:`claims_problem` only why it failed.
-    """
-    problem = claims_problem(document)
-    if problem is not None:
-        raise problem
-    return claims_of(document)
-
-
-def claims_of(document: dict[str, Any]) -> Claims:
-    """The :class:`Claims` of a document already known to have their shape (one just minted,
-    or one :func:`claims_problem` passed)."""
-    get = document.get
-    return _new_tuple(
-        Claims,
-        (
-            document["st"],
-            document["iat"],
-            document["exp"],
-            document["jti"],
-            get("sub"),
-            get("aud"),
-            get("rid"),
-            None,
-        ),
-    )
-
-
 def audience_list(value: Any) -> bool:
     """RFC 7519 allows ``aud`` to be a list of audiences; ours are never empty, nor their items."""
     return type(value) is list and bool(value) and all(type(a) is str and a for a in value)
-
-
-def claims_problem(document: Any) -> InvalidClaims | None:
-    """What is wrong with the shape of decoded claims, None if nothing: required members, exact
-    types, nothing unknown, optional claims never null."""
-    if type(document) is not dict:
-        return InvalidClaims("claims must be a JSON object")
-    if not document.keys() <= _MEMBERS:
-        unknown = sorted(set(document) - _MEMBERS)
-        return InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
-    missing = [name for name in _REQUIRED if name not in document]
-    if missing:
-        return InvalidClaims(f"claims lack {', '.join(missing)}")
-    for name in ("iat", "exp"):
-        value = document[name]
-        if type(value) is not int or not 0 <= value < _MAX_TIME:
-            return _integer_error(name, value)
-    if type(document["jti"]) is not str or not document["jti"]:
-        return InvalidClaims("claim jti must be a non-empty string")
-    for name in ("sub", "aud", "rid"):
-        if name in document:
-            value = document[name]
-            if name == "aud" and audience_list(value):
-                continue
-            if type(value) is not str or not value:
-                what = "a non-empty string" + (" or list of them" if name == "aud" else "")
-                return InvalidClaims(f"claim {name} must be {what}, got {_show(value)}")
-    return None
 
 
 _SHA256: Any = None

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import parse_duration
 from .errors import ConfigError
-from .formats import FORMAT_NAMES
 from .policy import (
+    DEFAULT_FORMAT,
     DEFAULT_POLICY,
     DEFAULT_PROPAGATION,
     DEFAULT_ROTATE_EVERY,
@@ -42,6 +42,7 @@ from .policy import (
     Policy,
     default_retention,
 )
+from .registry import FORMAT_NAMES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -315,7 +316,7 @@ def load_settings(
     for name in _TEXTS:
         if name in merged and (not isinstance(merged[name], str) or not merged[name]):
             raise ConfigError(f"setting {name} must be a non-empty string")
-    fmt = merged.get("format", "aead")
+    fmt = merged.get("format", DEFAULT_FORMAT)
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"unknown format {fmt!r}; known: {', '.join(FORMAT_NAMES)}")
     try:

@@ -8,17 +8,22 @@ unknown key from a forged tag.
 
 Caller mistakes (a negative TTL, an unknown format name passed by code) are plain ``TypeError``
 or ``ValueError``, as in Fernet: they are bugs in the calling program, not hostile input.
+
+The library says what is wrong and never names a command: an error the operator can put right
+carries a :attr:`~MrtrStateError.remedy`, the action by name with the facts it needs, and a front
+end words it as its own command (the CLI: "add one with: mrtr-state keys add --alg A256GCM").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 PUBLIC_MESSAGE = "invalid or expired request state"
 
 __all__ = [
     "PUBLIC_MESSAGE",
+    "REMEDIES",
     "AudienceMismatch",
     "BadSignature",
     "BindingMismatch",
@@ -54,12 +59,42 @@ __all__ = [
 ]
 
 
+#: The remedies an error may name, for a front end to word (each with the facts it needs):
+#: ``create_keyset``; ``add_key`` (alg: the algorithm has no primary); ``replace_key`` (alg: a key
+#: whose secret cannot be used); ``reimport_key`` (a key id that is not its secret's);
+#: ``import_key`` (alg, and sdk_kid "needed" for keyring keys: the keyset holds no usable key of
+#: an SDK's algorithm); ``encrypt_keyset`` (kek: a plain keyset where a KEK is configured);
+#: ``list_keys`` (a key id the keyset does not hold).
+REMEDIES = frozenset(
+    {
+        "create_keyset",
+        "add_key",
+        "replace_key",
+        "reimport_key",
+        "import_key",
+        "encrypt_keyset",
+        "list_keys",
+    }
+)
+
+
 class MrtrStateError(Exception):
     """Base of every error this library raises on purpose."""
 
     code: ClassVar[str] = "error"
     exit_code: ClassVar[int] = 1
     public_message: ClassVar[str] = PUBLIC_MESSAGE
+    #: What would put it right, if the operator can: an action of :data:`REMEDIES` and the
+    #: facts it needs (e.g. ``("add_key", {"alg": "A256GCM"})``), or None.
+    remedy: tuple[str, Mapping[str, str]] | None = None
+
+    def needing(self, action: str, **facts: str) -> Self:
+        """This error, naming the remedy ``action`` (one of :data:`REMEDIES`) with ``facts``:
+        ``raise NoPrimaryKey(message).needing("add_key", alg=alg)``."""
+        if action not in REMEDIES:
+            raise ValueError(f"unknown remedy {action!r}")
+        self.remedy = (action, facts)
+        return self
 
 
 # --- token rejections: hostile or stale input (exit 1, 3, 4, 5) -------------------------------

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._encoding import EncodingError, json_loads
 from .errors import BadSignature, InvalidToken
-from .formats import Anatomy, Format, format_for_alg, format_of, token_text
 from .policy import DEFAULT_POLICY, Policy
+from .registry import Shape, shape_of, token_text
 
 if TYPE_CHECKING:
+    from .formats import Anatomy
     from .keyset import Keyset
 
 __all__ = ["Inspection", "inspect"]
@@ -118,12 +119,13 @@ def inspect(
     (inspect is not told which principal or request to expect), and the notes say so.
     """
     text = token_text(token, policy.max_size)
-    fmt = format_of(text)
+    shape = shape_of(text)
+    fmt = shape.formats[0]  # without a key, a shared shape is shown as its first format
     anatomy = fmt.anatomy(text)
     envelope = fmt.envelope
     notes = fmt.notes
-    if fmt.shares:
-        notes = (*notes, _shared_note(fmt, keyset))
+    if len(shape.formats) > 1:
+        notes = (*notes, _shared_note(shape, keyset))
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
@@ -135,12 +137,10 @@ def inspect(
         )
     known = keyset.get(anatomy.kid) if anatomy.kid else None
     try:
-        if fmt.associates:  # the tag covers a binding inspect is not given: checked with none
-            key, plaintext = fmt.open(keyset, text, b"")  # type: ignore[call-arg]
-        else:
-            key, plaintext = fmt.open(keyset, text)
+        # the tag of a wire that covers a binding inspect is not given is checked with none
+        opened, key, plaintext = shape.open(keyset, text, b"")
     except InvalidToken as err:
-        if fmt.associates and isinstance(err, BadSignature):
+        if any(one.associates for one in shape.formats) and isinstance(err, BadSignature):
             notes = (*notes, _UNSTATED_ASSOCIATED)
         return Inspection(
             anatomy=anatomy,
@@ -152,13 +152,13 @@ def inspect(
             problem=err,
             notes=notes,
         )
-    if key.alg != fmt.alg:  # one shape, two formats: the key that opened it names this one
-        fmt = format_for_alg(key.alg)
+    if opened is not fmt:  # one shape, two formats: the key that opened it names this one
+        fmt = opened
         anatomy = fmt.anatomy(text)
         notes = (*fmt.notes, f"{fmt.name}: opened by its key {key.kid}")
     if not anatomy.kid:  # a token that names no key: the one that opened it
         anatomy.kid = key.kid
-    view = fmt.envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
+    view = fmt.envelope.view(plaintext, key, time.time() if now is None else now, policy)
     return Inspection(
         anatomy=anatomy,
         verified=view.problem is None,
@@ -174,15 +174,14 @@ def inspect(
 
 _UNSTATED_ASSOCIATED = (
     "the tag covers associated data (the server's binding), which inspect checks as empty: "
-    "a token minted with a bind value fails here; verify --bind checks it"
+    "a token minted with a bind value fails here; verifying with that bind value checks it"
 )
 
 
-def _shared_note(fmt: Format, keyset: Keyset | None) -> str:
-    names = " or ".join((fmt.name, *fmt.shares))
+def _shared_note(shape: Shape, keyset: Keyset | None) -> str:
     if keyset is None:
-        return f"this shape is {names}; without a keyset it cannot tell which"
-    return f"this shape is {names}; the keyset's key that opens it tells which"
+        return f"this shape is {shape.name}; without a keyset it cannot tell which"
+    return f"this shape is {shape.name}; the keyset's key that opens it tells which"
 
 
 def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:

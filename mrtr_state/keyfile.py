@@ -194,9 +194,7 @@ def read_keyset_file(path: str | os.PathLike[str]) -> tuple[str, Stamp]:
     try:
         data, info = _read_private(path, "keyset", MAX_KEYSET_BYTES)
     except FileNotFoundError:
-        raise KeysetNotFound(
-            f"no keyset at {path}; create one with: mrtr-state keys init (or pass --keyset)"
-        ) from None
+        raise KeysetNotFound(f"no keyset at {path}").needing("create_keyset") from None
     try:
         return data.decode("utf-8"), _stamp_of(info)
     except UnicodeDecodeError:

@@ -72,7 +72,7 @@ def _replace(keyset: Keyset, changed: dict[str, Key]) -> Keyset:
 def _find(keyset: Keyset, kid: str) -> Key:
     key = keyset.get(kid)
     if key is None:
-        raise KeysetInvalid(f"{keyset.source} has no key {kid}; see: mrtr-state keys list")
+        raise KeysetInvalid(f"{keyset.source} has no key {kid}").needing("list_keys")
     return key
 
 

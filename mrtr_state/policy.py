@@ -1,4 +1,5 @@
-"""The numeric limits every operation obeys, in one frozen value.
+"""The settings every operation falls back on: the numeric limits, in one frozen value, and
+the default token format.
 
 Kept apart from the claims so that configuration, formats and the CLI can share it without
 importing claim logic.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "DEFAULT_FORMAT",
     "DEFAULT_POLICY",
     "DEFAULT_PROPAGATION",
     "DEFAULT_ROTATE_EVERY",
@@ -83,6 +85,9 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+#: The format minted when none is named (by code, ``--format`` or the config's ``format``):
+#: ``aead``, the smallest and fastest confidential one.
+DEFAULT_FORMAT = "aead"
 #: The default lifetime cap, in seconds.
 DEFAULT_TTL_CAP = 3600
 

@@ -1,15 +1,19 @@
 """mint / verify / inspect / seal / unseal: the facade where keyset, format and envelope meet.
 
-It knows no format by name. A token's format (:mod:`mrtr_state.formats`) is a wire carrying
-an envelope (:mod:`mrtr_state.envelopes`); verification is, in this order:
+It knows no format by name (the table, :mod:`mrtr_state.registry`, does). A token is a wire
+carrying an envelope; verification is, in this order:
 
 1. the size cap, before any decoding (an 8 KiB cap bounds all later work);
 2. detection, and the wire's ``open``: key routing by key id (unknown or retired keys stop
-   here), then the tag or MAC, so nothing unauthenticated is ever parsed;
+   here), then the tag or MAC, so nothing unauthenticated is ever parsed; where one shape
+   serves two formats, the key that opens the token names its format;
 3. the envelope's one accepting path: shape, lifetime, then the binding the caller stated
    (validated once, :mod:`mrtr_state.binding`), so "expired" and "principal mismatch" are only
    ever said of tokens that really came from a holder of the key;
 4. the replay store, last, so a token refused for any other reason is never recorded.
+
+The claims returned say which key verified the token and which format it was
+(:attr:`Claims.kid`, :attr:`Claims.format`): no caller reads the token's bytes again for them.
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ._encoding import b64url_encode, encode_parsed
-from ._entropy import random_bytes
+from ._entropy import fresh
 from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
 from .errors import LifetimeBeyondStore, Replayed, WrongFormat
-from .formats import Format, format_for_alg, format_of, get_format, token_text
 from .inspection import Inspection, inspect
-from .policy import DEFAULT_POLICY, Policy
+from .policy import DEFAULT_FORMAT, DEFAULT_POLICY, Policy
+from .registry import Format, format_named, shape_of, token_text
 
 if TYPE_CHECKING:
     from .keyset import Key, Keyset
@@ -42,8 +46,6 @@ __all__ = [
     "verify",
     "verify_for_output",
 ]
-
-DEFAULT_FORMAT = "aead"
 
 
 class Minted:
@@ -66,45 +68,26 @@ class Minted:
 
 
 def _open(
-    keyset: Keyset,
-    token: str | bytes,
-    wanted: str | None,
-    policy: Policy,
-    binding: Binding | None = None,
+    keyset: Keyset, token: str | bytes, wanted: str | None, policy: Policy, associated: bytes
 ) -> tuple[Format, Key, bytes, str]:
     """Size cap, detection, the wire's ``open``: (format, key, plaintext, token text).
 
-    A wire whose tag covers associated data (rmcp's) is given the bind value's bytes. Where one
-    shape serves two formats, the key that opened the token names the format."""
+    ``wanted``: the only format to accept (None: any). ``associated``: the bind value's bytes,
+    which a wire whose tag covers associated data (rmcp's) checks; the others' envelopes check
+    the bind value themselves, or refuse it as a binding they do not carry."""
     # The common case (an ASCII str within the cap) is checked inline; token_text says why not.
     if type(token) is str and len(token) <= policy.max_size and token.isascii():
         text = token
     else:
         text = token_text(token, policy.max_size)
-    fmt = format_of(text)
-    if wanted is not None and wanted != fmt.name:
-        get_format(wanted)  # a caller's typo is a ValueError, not a rejected token
-        if wanted not in fmt.shares:
-            raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
-        fmt = get_format(wanted)
-    if fmt.associates:
-        key, plaintext = fmt.open(keyset, text, associated_data(binding))  # type: ignore[call-arg]
-    else:
-        key, plaintext = fmt.open(keyset, text)
-    if key.alg != fmt.alg:
-        fmt = format_for_alg(key.alg)
-        if wanted is not None and wanted != fmt.name:
-            raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
+    shape = shape_of(text)
+    if wanted is not None and wanted not in shape.names:
+        format_named(wanted)  # a caller's typo is a ValueError, not a rejected token
+        raise WrongFormat(f"expected a {wanted} token, got {shape.name}")
+    fmt, key, plaintext = shape.open(keyset, text, associated)
+    if wanted is not None and fmt.name != wanted:  # one shape, two formats: the key named it
+        raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
     return fmt, key, plaintext, text
-
-
-def associated_data(binding: Binding | None) -> bytes:
-    """The associated data an rmcp tag covers: the bind value's bytes (UTF-8 of text), or
-    none (rmcp's empty associated data) when no bind value was stated."""
-    bind = None if binding is None else binding.bind
-    if bind is None:
-        return b""
-    return bind.encode("utf-8") if isinstance(bind, str) else bind
 
 
 def _fit(token: str, policy: Policy, what: str) -> str:
@@ -126,7 +109,7 @@ def _mint(
     policy: Policy,
 ) -> tuple[str, Key, Format, dict[str, Any]]:
     """The whole of minting: (token, key, format, the claims it holds)."""
-    fmt = get_format(format)
+    fmt = format_named(format)
     envelope = fmt.envelope
     if binding.kinds & ~envelope.carries:
         raise refuse_to_mint(binding.kinds & ~envelope.carries, envelope.carries, format)
@@ -137,14 +120,11 @@ def _mint(
             f"got {lifetime!r}"
         )
     key = keyset.primary(fmt.alg)
-    # every random byte this token needs, in one system call (see Envelope.fresh_bytes)
-    fresh = random_bytes(envelope.fresh_bytes)
+    # every random byte this token needs, in one system call (see mrtr_state._entropy.Fresh)
+    drawn = fresh(envelope.fresh_bytes)
     moment = time.time() if now is None else now
-    plaintext, claims = envelope.pack(state, binding, key, fmt, moment, lifetime, fresh)
-    if fmt.associates:
-        token = fmt.seal(key, plaintext, None, associated_data(binding))  # type: ignore[call-arg]
-    else:
-        token = fmt.seal(key, plaintext, fresh[16:28] or None)
+    plaintext, claims = envelope.pack(state, binding, key, moment, lifetime, drawn)
+    token = fmt.seal(key, plaintext, drawn.nonce, binding.associated)
     return _fit(token, policy, "this state"), key, fmt, claims
 
 
@@ -167,7 +147,9 @@ def issue(
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
     binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
     token, key, fmt, claims = _mint(keyset, state, binding, ttl, format, now, policy)
-    return Minted(token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims))
+    return Minted(
+        token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims, key.kid)
+    )
 
 
 def mint(
@@ -221,7 +203,8 @@ def verify(
     and audience the token was minted with: a mismatch in either direction (a value the token
     lacks, or a bound value not stated) is refused, and so is a token whose format cannot
     carry a binding you state. Tokens of the official SDKs are checked exactly as their SDKs
-    check them (see :mod:`mrtr_state.envelopes`).
+    check them (see :mod:`mrtr_state.envelopes`). The claims name the key that verified the
+    token (``claims.kid``) and its format (``claims.format``), for logs.
 
     With ``once`` (a store from :mod:`mrtr_state.replay`), a token is accepted at most once until
     it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
@@ -241,9 +224,9 @@ def _verified(
     once: ReplayStore | None,
     carried: list[str] | None,
 ) -> Claims:
-    fmt, key, plaintext, text = _open(keyset, token, format, policy, binding)
+    fmt, key, plaintext, text = _open(keyset, token, format, policy, binding.associated)
     moment = time.time() if now is None else now
-    claims = fmt.envelope.accept(plaintext, key, fmt, binding, moment, policy, carried)
+    claims = fmt.envelope.accept(plaintext, key, binding, moment, policy, carried)
     if once is not None:
         from .replay import token_key
 
@@ -299,11 +282,11 @@ def seal(
 
     Only mrtr-state's own formats seal: an SDK token *is* that SDK's requestState, so bytes
     sealed in its format could be taken for one (use :func:`mint`, or
-    :class:`mrtr_state.mcp.KeysetCodec` inside the Python SDK).
+    :class:`mrtr_state.sdk_codec.KeysetCodec` inside the Python SDK).
     """
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-    fmt = get_format(format)
+    fmt = format_named(format)
     plaintext = fmt.envelope.sealed(bytes(payload))
     return _fit(fmt.seal(keyset.primary(fmt.alg), plaintext), policy, "this payload")
 
@@ -316,14 +299,14 @@ def unseal(
     policy: Policy = DEFAULT_POLICY,
 ) -> bytes:
     """The payload of a token made by :func:`seal`, after checking its tag or MAC."""
-    fmt, _key, plaintext, _text = _open(keyset, token, format, policy)
+    fmt, _key, plaintext, _text = _open(keyset, token, format, policy, b"")
     return fmt.envelope.unsealed(plaintext)
 
 
 def seal_envelope(keyset: Keyset, envelope: bytes, *, format: str, policy: Policy) -> str:
-    """An MCP Python SDK envelope sealed for :class:`mrtr_state.mcp.KeysetCodec` (not public
-    API): as the SDK's own codec seals it in ``mcp-py``, marked 0x01 in our formats."""
-    fmt = get_format(format)
+    """An MCP Python SDK envelope sealed for :class:`mrtr_state.sdk_codec.KeysetCodec` (not
+    public API): as the SDK's own codec seals it in ``mcp-py``, marked 0x01 in our formats."""
+    fmt = format_named(format)
     plaintext = fmt.envelope.codec_plaintext(bytes(envelope))
     return _fit(fmt.seal(keyset.primary(fmt.alg), plaintext), policy, "this envelope")
 
@@ -332,5 +315,5 @@ def open_envelope(
     keyset: Keyset, token: str, *, format: str | None, policy: Policy
 ) -> tuple[str, bytes]:
     """The (format, SDK envelope) of a token made by :func:`seal_envelope` (not public API)."""
-    fmt, _key, plaintext, _text = _open(keyset, token, format, policy)
+    fmt, _key, plaintext, _text = _open(keyset, token, format, policy, b"")
     return fmt.name, fmt.envelope.codec_envelope(plaintext)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
 from mrtr_state._entropy import deterministic
-from mrtr_state.formats import get_format
+from mrtr_state.registry import format_named
 
 NOW = 1_800_000_000
 KIDS = {"aead": "0a0b0c0d", "jws": "1a1b1c1d", "jwe": "2a2b2c2d"}
@@ -36,7 +36,7 @@ BOUND: dict[str, Any] = {
 
 
 def fixed_key(fmt: str) -> ms.Key:
-    alg = get_format(fmt).alg
+    alg = format_named(fmt).alg
     secret = hashlib.sha256(f"mrtr-state published vectors {alg}".encode()).digest()
     return ms.Key(kid=KIDS[fmt], alg=alg, secret=secret)
 
@@ -89,7 +89,7 @@ def cases_for(fmt: str) -> list[dict[str, Any]]:
     with deterministic(f"mrtr-state vectors {fmt}".encode()):
         plain = ms.issue(keyset, STATE, format=fmt, ttl=300, now=NOW)
         bound = ms.issue(keyset, STATE, format=fmt, ttl=60, now=NOW, **BOUND)
-        fmt_obj = get_format(fmt)
+        fmt_obj = format_named(fmt)
 
         def forge(document: str) -> str:
             return fmt_obj.seal(key, document.encode())

@@ -178,7 +178,6 @@ def test_a_repeated_member_name_is_refused_at_any_level(
         text = '{"outer":[' + text + "]}"
     with pytest.raises(EncodingError, match="duplicate member"):
         json_loads(text)
-    assert _encoding.strict_object(text.encode("utf-8", "surrogatepass")) is None
 
 
 @given(_tricky_values, st.sampled_from([None, 0, 2]))
@@ -324,3 +323,55 @@ def test_the_writer_refuses_a_value_that_contains_itself() -> None:
     value["self"] = value
     with pytest.raises(ValueError, match="deeper"):
         json_dumps(value)
+
+
+# --- the plain reader, for plaintext a tag or MAC has just authenticated ---------------------
+
+
+def test_the_plain_reader_reads_as_json_loads_does() -> None:
+    """A key holder wrote it: the last of two members wins (RFC 7515 section 5.2), as in
+    json.loads, and the object is read at the C scanner's speed, with no member count."""
+    text = b'{"a":1,"b":{"c":[true,null,"x:y"]},"a":2}'
+    assert (
+        _encoding.authenticated_object(text)
+        == json.loads(text)
+        == {"a": 2, "b": json.loads(b'{"c":[true,null,"x:y"]}')}
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "why"),
+    [
+        ("nan", b'{"a":NaN}', "NaN"),
+        ("infinity", b'{"a":-Infinity}', "Infinity"),
+        ("overflow", b'{"a":1e400}', "overflows"),
+        ("5000 digits", b'{"a":' + b"9" * 5000 + b"}", "digits"),
+        ("not an object", b"[1]", "not a JSON object"),
+        ("leading space", b' {"a":1}', "not a JSON object"),
+        ("trailing space", b'{"a":1} ', "unexpected data"),
+        ("two values", b'{"a":1}{}', "unexpected data"),
+        ("not UTF-8", b'{"a":"\xff"}', "UTF-8"),
+        ("truncated", b'{"a":', "not valid JSON"),
+    ],
+)
+def test_the_plain_reader_still_refuses(name: str, data: bytes, why: str) -> None:
+    with pytest.raises(EncodingError, match=why):
+        _encoding.authenticated_object(data)
+
+
+def test_the_plain_reader_names_nesting_beyond_it_and_never_raises_recursion() -> None:
+    """Depth is bounded by the token size cap and the interpreter's recursion limit, which is
+    refused by name (a NestingError, that envelopes give as a malformed token)."""
+    deep = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(_encoding.NestingError, match="nests deeper"):
+        _encoding.authenticated_object(deep)
+    with pytest.raises(_encoding.NestingError):
+        _encoding.authenticated_json(b"[" * 100_000 + b"]" * 100_000)
+    assert _encoding.authenticated_object(b'{"a":' + b"[" * 200 + b"]" * 200 + b"}")
+
+
+def test_a_value_s_end_is_found_where_the_reader_ends_it() -> None:
+    text = '{"iat":1,"st":{"a":[1,"}"]}}'
+    assert text[_encoding.json_value_end(text, 14) :] == "}"
+    with pytest.raises(EncodingError):
+        _encoding.json_value_end(text, 13)

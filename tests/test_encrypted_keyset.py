@@ -491,7 +491,7 @@ def test_the_sdk_codec_opens_an_encrypted_keyset_with_its_kek(
     tmp_path: Path, passphrase: Kek
 ) -> None:
     pytest.importorskip("mcp")
-    from mrtr_state.mcp import KeysetCodec
+    from mrtr_state.sdk_codec import KeysetCodec
 
     path = encrypted(tmp_path, passphrase)
     codec = KeysetCodec(path, kek=PASS_URI)

@@ -14,7 +14,6 @@ from mrtr_state import lifecycle
 from mrtr_state.keyset import Key
 from mrtr_state.mcp import (
     CapabilityMissing,
-    KeysetCodec,
     check_capabilities,
     input_required_result,
     open_retry,
@@ -22,6 +21,7 @@ from mrtr_state.mcp import (
     wire_error,
 )
 from mrtr_state.replay import MemoryStore
+from mrtr_state.sdk_codec import KeysetCodec
 
 from .helpers import run
 

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
+from mrtr_state._entropy import Fresh
 from mrtr_state.envelopes.mcp_rb import canonical_json, ruby_arguments_digest, ruby_float
 from mrtr_state.envelopes.mcp_rs import payload_of
-from mrtr_state.formats import get_format
 from mrtr_state.keyset import Key
+from mrtr_state.registry import format_named
 
 from .conftest import VECTOR_REPORT, shared_vector
 from .helpers import run
@@ -138,7 +139,7 @@ def test_ruby_sdk_vector(case: dict[str, Any]) -> None:
 def test_ruby_envelopes_we_write_are_the_sdks_byte_for_byte(case: dict[str, Any]) -> None:
     if case["exp"] is None or not isinstance(case["exp"], int):
         pytest.skip("sealed with a float TTL: the SDK's own envelope is not one it accepts")
-    fmt = get_format("mcp-rb")
+    fmt = format_named("mcp-rb")
     binding = ms.binding.binding_of(
         method=case["method"],
         target=case["target"],
@@ -148,7 +149,7 @@ def test_ruby_envelopes_we_write_are_the_sdks_byte_for_byte(case: dict[str, Any]
     key = _ruby_keyset(case).primary("mcp-rb-v1")
     ttl = case["ttl"] if isinstance(case["ttl"], int) else 1
     packed, _claims = fmt.envelope.pack(
-        case["state"], binding, key, fmt, case["exp"] - ttl, ttl, bytes(28)
+        case["state"], binding, key, case["exp"] - ttl, ttl, Fresh(bytes(16), bytes(12), bytes(8))
     )
     assert packed.decode() == case["sealed_claims_json"]
 

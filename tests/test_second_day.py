@@ -18,8 +18,8 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state import lifecycle
-from mrtr_state.formats import get_format
 from mrtr_state.keyset import Key
+from mrtr_state.registry import format_named
 
 from .helpers import mint, run
 
@@ -357,16 +357,15 @@ def test_seal_over_the_cap_reports_the_size_that_does_not_fit(ks: Path) -> None:
 
 
 def test_inspect_of_a_keyset_codec_token_shows_its_state(ks: Path) -> None:
+    from mrtr_state._entropy import fresh
     from mrtr_state.binding import binding_of
-    from mrtr_state.envelopes.mcp_py import ENVELOPE
-    from mrtr_state.mcp import KeysetCodec
+    from mrtr_state.sdk_codec import KeysetCodec
 
     codec = KeysetCodec(ms.Keyset.load(ks))
     binding = binding_of(method="tools/call", target="deploy", arguments={})
     key = codec.keyset.primary("A256GCM")
-    envelope, _document = ENVELOPE.pack(
-        "step-2", binding, key, get_format("aead"), time.time(), 60, os.urandom(36)
-    )
+    sdk = format_named("mcp-py").envelope
+    envelope, _document = sdk.pack("step-2", binding, key, time.time(), 60, fresh(36))
     token = codec.seal(envelope)
     view = json.loads(run("-k", str(ks), "inspect", "--json", token).stdout)
     assert view["envelope"] == "mcp-py" and view["state"] == "step-2"

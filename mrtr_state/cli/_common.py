@@ -13,30 +13,28 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from .._encoding import EncodingError, json_dumps, json_loads
-from ..durations import parse_duration
-from ..formats import FORMAT_NAMES
+from .._cli_api import FORMAT_NAMES, EncodingError, json_dumps, json_loads, parse_duration
 
 # The group machinery, re-exported: command modules take everything shared from here.
 from ._group import App as App
 from ._group import ErrorMappingGroup as ErrorMappingGroup
+from ._group import error_text as error_text
 
 if TYPE_CHECKING:
-    from ..config import Settings
-    from ..kek import Kek
+    from .._cli_api import Kek, Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def emit_json(value: Any) -> None:
     """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``)."""
-    from .._printable import terminal_json
+    from .._cli_api import terminal_json
 
     click.echo(terminal_json(json_dumps(value)))
 
 
 def fail(message: str, code: int) -> NoReturn:
-    from .._printable import printable
+    from .._cli_api import printable
 
     click.echo(f"error: {printable(message)}", err=True)
     raise click.exceptions.Exit(code)
@@ -131,7 +129,7 @@ def request_binding(
         "arguments": parsed,
         "bind": bound,
     }
-    from ..binding import binding_of
+    from .._cli_api import binding_of
 
     try:
         binding_of(**request)
@@ -206,7 +204,7 @@ def single_token(token: str | None, limit: int) -> str:
     No token (an empty argument, empty stdin, an empty file) is a usage error, never a token
     checked and found wanting: ``if mrtr-state verify ...`` must not pass on nothing.
     """
-    from ..errors import OversizedToken
+    from .. import OversizedToken
     from ._stdin import read_bounded
 
     source = token_source(token)
@@ -294,6 +292,6 @@ def wrapping_kek(app: App, settings: Settings, kdf_cost: int | None) -> Kek | No
         return None
     if kdf_cost is None:
         return app.kek(settings)
-    from ..kek import kek_from_uri
+    from .._cli_api import kek_from_uri
 
     return kek_from_uri(settings.kek, kdf_log_n=kdf_cost)

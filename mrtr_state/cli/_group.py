@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._printable import printable
-from ..errors import KeysetError, MrtrStateError
+from .. import KeysetError, MrtrStateError
+from .._cli_api import printable
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..config import Settings
-    from ..kek import Kek
-    from ..keyset import Keyset
+    from .. import Keyset
+    from .._cli_api import Kek, Settings
 
 KEYSET_HELP = "Keyset file [env MRTR_STATE_KEYSET; config; default keys/keyset.json]."
 CONFIG_HELP = "TOML config file [env MRTR_STATE_CONFIG; default ./mrtr-state.toml]."
@@ -59,6 +58,36 @@ def _global_option(names: list[str], metavar: str, help: str) -> click.Option:
     )
 
 
+#: How the CLI words each remedy a library error names (see ``mrtr_state.errors.REMEDIES``):
+#: the library says what is wrong, the command line says which command puts it right.
+_REMEDIES = {
+    "create_keyset": "create one with: mrtr-state keys init (or pass --keyset)",
+    "add_key": (
+        "add one with: mrtr-state keys add --alg {alg}, or promote a pending one with: "
+        "mrtr-state keys promote KID"
+    ),
+    "replace_key": "generate a new key with: mrtr-state keys add --alg {alg}",
+    "reimport_key": "re-import the secret with: mrtr-state keys import",
+    "import_key": "import it with: mrtr-state keys import --alg {alg}{kid} --secret-file FILE",
+    "encrypt_keyset": "if this is intended, encrypt it with: mrtr-state keys encrypt --kek {kek}",
+    "list_keys": "see: mrtr-state keys list",
+}
+
+
+def error_text(err: MrtrStateError) -> str:
+    """A library error as the CLI says it: its message, and the command that puts it right
+    when the error names a remedy."""
+    if err.remedy is None:
+        return str(err)
+    action, facts = err.remedy
+    hint = _REMEDIES[action].format(
+        alg=facts.get("alg", "ALG"),
+        kek=facts.get("kek", "URI"),
+        kid=" --kid KID" if facts.get("sdk_kid") else "",
+    )
+    return f"{err}; {hint}"
+
+
 class ErrorMappingGroup(click.Group):
     """A group that turns library errors into one stderr line and the documented exit code.
 
@@ -72,7 +101,7 @@ class ErrorMappingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MrtrStateError as err:
-            click.echo(f"error: {printable(str(err))}", err=True)
+            click.echo(f"error: {printable(error_text(err))}", err=True)
             ctx.exit(err.exit_code)
         except ValueError as err:  # the library's word for a bad argument: a usage error
             raise click.UsageError(printable(str(err))) from None
@@ -92,7 +121,7 @@ class App:
         self._kek: tuple[str, Kek] | None = None
 
     def settings(self, **flags: Any) -> Settings:
-        from ..config import load_settings
+        from .._cli_api import load_settings
 
         given = {"keyset": self.keyset_flag, "kek": self.kek_flag, **flags}
         return load_settings(given, config=self.config_flag)
@@ -103,15 +132,15 @@ class App:
         if settings.kek is None:
             return None
         if self._kek is None or self._kek[0] != settings.kek:
-            from ..kek import kek_from_uri
+            from .._cli_api import kek_from_uri
 
             self._kek = (settings.kek, kek_from_uri(settings.kek))
         return self._kek[1]
 
     def keyset(self, settings: Settings) -> Keyset:
         """The keyset to read: inline from the environment, else the file."""
-        from ..config import KEYSET_JSON_ENV
-        from ..keyset import Keyset
+        from .. import Keyset
+        from .._cli_api import KEYSET_JSON_ENV
 
         kek = self.kek(settings)
         if settings.keyset_json is not None:

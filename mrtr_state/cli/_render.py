@@ -14,10 +14,8 @@ from typing import Any
 
 import click
 
-from .._printable import printable
-from ..durations import format_duration
-from ..inspection import Inspection
-from ..keyset import Key
+from .. import Inspection, Key
+from .._cli_api import format_duration, printable
 
 _SEGMENT_COLOURS = ("bright_black", "cyan", "yellow", "magenta", "green", "blue")
 

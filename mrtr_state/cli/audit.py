@@ -10,9 +10,8 @@ from typing import BinaryIO
 
 import click
 
-from ..audit import FINDING_KINDS, audit_capture
-from ..errors import KeysetNotFound
-from ..keyset import Keyset
+from .. import Keyset, KeysetNotFound
+from .._cli_api import FINDING_KINDS, audit_capture
 from ._common import App, emit_json, json_option, pass_app, ttl_cap_option
 
 _PROGRESS_FROM_BYTES = 1 << 20

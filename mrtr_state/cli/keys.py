@@ -15,21 +15,23 @@ from typing import Any
 
 import click
 
-from .. import keyfile
-from .. import lifecycle as life
-from ..algorithms import secret_rule
-from ..durations import format_duration
-from ..errors import KeysetError
-from ..formats import get_format
-from ..kek import Kek
-from ..keyset import (
-    ALGORITHMS,
+from .. import Key, Keyset, KeysetError
+from .. import _cli_api as life
+from .._cli_api import (
+    KEY_ALGORITHMS,
     OWN_ALGORITHMS,
     SDK_SECRET_BYTES,
-    Key,
-    Keyset,
+    Kek,
+    decode_secret,
+    encode_secret,
+    format_duration,
+    key_algorithm_of,
     listed_without_kek,
+    read_secret,
+    sdk_kid_problem,
     secret_length_ok,
+    secret_rule,
+    write_secret_file,
 )
 from . import _render
 from ._common import (
@@ -42,8 +44,9 @@ from ._common import (
     pass_app,
     wrapping_kek,
 )
+from .keys_encryption import keys_decrypt, keys_encrypt, keys_rewrap
 
-_ALG = click.Choice(list(ALGORITHMS))
+_ALG = click.Choice(list(KEY_ALGORITHMS))
 
 
 def _encoding_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -201,7 +204,7 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
     """
     settings = app.settings()
     path = app.writable_path(settings)
-    chosen = alg or get_format(settings.format).alg
+    chosen = alg or key_algorithm_of(settings.format)
     added: list[Key] = []
 
     def add(current: Keyset) -> Keyset:
@@ -270,17 +273,15 @@ def keys_import(
     path = app.writable_path(settings)
     if (secret_file is None) == (secret_env is None):
         raise click.UsageError("give exactly one of --secret-file or --secret-env")
-    from ..algorithms import sdk_kid_problem
-
-    problem = sdk_kid_problem(alg, sdk_kid)
+    problem = sdk_kid_problem(alg, sdk_kid, "--kid")
     if problem is not None:
         raise click.UsageError(problem)
     limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
     if secret_file is not None:
-        secret = keyfile.read_secret(secret_file, sys.stdin.buffer, limit)
+        secret = read_secret(secret_file, sys.stdin.buffer, limit)
     else:
         secret = _env_secret(str(secret_env))
-    secret = keyfile.decode_secret(secret, encoding, secret_file or f"${secret_env}")
+    secret = decode_secret(secret, encoding, secret_file or f"${secret_env}")
     if not secret_length_ok(alg, secret):
         wanted = secret_rule(alg)
         raise click.UsageError(
@@ -341,13 +342,13 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
     key = keyset.get(kid)
     if key is None:
         raise KeysetError(f"{settings.keyset_source} has no key {kid}")
-    data = keyfile.encode_secret(key.secret, encoding)
+    data = encode_secret(key.secret, encoding)
     if to_stdout:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     assert out is not None
-    keyfile.write_secret_file(out, data)
+    write_secret_file(out, data)
     click.echo(f"wrote the secret of {key.alg} key {kid} to {out} (mode 0600)", err=True)
 
 
@@ -407,7 +408,7 @@ def keys_retire(app: App, kid: str, yes: bool, dry_run: bool, as_json: bool) -> 
     settings = app.settings()
     path = app.writable_path(settings)
     if not dry_run:
-        from ..keyfile import check_writable
+        from .._cli_api import check_writable
 
         check_writable(path)  # a deployed copy is refused before any question is asked
     current = Keyset.load(path, reload_interval=None, kek=app.kek(settings))
@@ -547,7 +548,7 @@ def _list_unauthenticated(
 ) -> None:
     """``keys list`` of an encrypted keyset without its KEK: the clear metadata, said to be
     unauthenticated (only the KEK proves nobody changed it)."""
-    from .._printable import printable
+    from .._cli_api import printable
 
     warning = (
         f"encrypted under {printable(kek_uri)}; listed without the KEK, so not authenticated "
@@ -686,5 +687,6 @@ def _create_if_missing(path: Path, algs: tuple[str, ...], kek: Kek | None) -> li
     return made
 
 
-# The commands that encrypt, decrypt and rewrap a keyset attach themselves to the group.
-from . import keys_encryption as _keys_encryption  # noqa: E402, F401
+# The commands that encrypt, decrypt and rewrap a keyset, in their own module.
+for _command in (keys_encrypt, keys_decrypt, keys_rewrap):
+    keys.add_command(_command)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import click
 
-from ..errors import KekRequired
-from ..keyset import Keyset, listed_without_kek
+from .. import KekRequired, Keyset
+from .._cli_api import listed_without_kek
 from ._common import App, emit_json, json_option, kdf_cost_option, pass_app, wrapping_kek
-from .keys import keys
 
 
 def _report(as_json: bool, path: str, kek: str | None, said: str) -> None:
@@ -22,7 +21,7 @@ def _report(as_json: bool, path: str, kek: str | None, said: str) -> None:
         click.echo(said)
 
 
-@keys.command("encrypt")
+@click.command("encrypt")
 @kdf_cost_option
 @json_option
 @pass_app
@@ -53,7 +52,7 @@ def keys_encrypt(app: App, kdf_cost: int | None, as_json: bool) -> None:
     _report(as_json, str(path), kek.uri, f"encrypted {path} ({len(keyset)} keys) under {kek.uri}")
 
 
-@keys.command("decrypt")
+@click.command("decrypt")
 @click.option("--yes", "-y", is_flag=True, help="Yes, write every secret in the clear.")
 @json_option
 @pass_app
@@ -79,7 +78,7 @@ def keys_decrypt(app: App, yes: bool, as_json: bool) -> None:
     _report(as_json, str(path), None, said)
 
 
-@keys.command("rewrap")
+@click.command("rewrap")
 @click.option("--kek", "new_kek", metavar="URI", required=True, help="The new KEK.")
 @click.option(
     "--from-kek",
@@ -113,7 +112,7 @@ def keys_rewrap(
         raise KekRequired(
             "give the KEK the keyset is under now: --from-kek URI, MRTR_STATE_KEK or config kek"
         )
-    from ..kek import kek_from_uri
+    from .._cli_api import kek_from_uri
 
     new = kek_from_uri(new_kek, kdf_log_n=kdf_cost)
     Keyset.convert(path, kek=old, to_kek=new)

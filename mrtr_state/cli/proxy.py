@@ -142,14 +142,14 @@ def proxy_cmd(
     if replay_store and not once:
         raise click.UsageError("--replay-store is used only with --once")
     try:
-        from ..proxy import server
-        from ..proxy.app import ProxyApp
+        from .._cli_api import ProxyApp
+        from .._cli_api import proxy_server as server
     except ImportError as err:
         raise click.UsageError(
             f"the proxy needs its extra: pip install 'mrtr-state[proxy]' ({err.name} is missing)"
         ) from None
-    from ..proxy.rewrite import StateGuard
-    from ..replay import open_store
+    from .. import open_store
+    from .._cli_api import StateGuard
 
     settings = app.settings(audience=audience, ttl=ttl)
     keyset = app.keyset(settings)
@@ -159,7 +159,7 @@ def proxy_cmd(
     log = server.json_lines(sys.stderr) if json_log else None
     metrics = None
     if admin_address is not None:
-        from ..proxy.metrics import ProxyMetrics
+        from .._cli_api import ProxyMetrics
 
         metrics = ProxyMetrics(keyset)
     guard = StateGuard(

@@ -10,20 +10,28 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from .._encoding import json_dumps
-from .._printable import printable, terminal_json
-from ..claims import Claims
-from ..durations import format_duration
-from ..errors import InvalidToken, KeysetNotFound, MrtrStateError, OversizedToken
-from ..keyset import Keyset
-from ..tokens import inspect as inspect_token
-from ..tokens import issue, seal, unseal, verify, verify_for_output
+from .. import (
+    Claims,
+    InvalidToken,
+    Keyset,
+    KeysetNotFound,
+    MrtrStateError,
+    OversizedToken,
+    issue,
+    seal,
+    unseal,
+    verify,
+    verify_for_output,
+)
+from .. import inspect as inspect_token
+from .._cli_api import format_duration, json_dumps, printable, terminal_json
 from ._common import (
     NO_TOKEN,
     App,
     binding_options,
     duration_option,
     emit_json,
+    error_text,
     fail,
     format_option,
     json_option,
@@ -201,7 +209,7 @@ def verify_cmd(
     keyset = app.keyset(settings)
     store = None
     if once:
-        from ..replay import open_store
+        from .. import open_store
 
         store = open_store(settings.replay_store, max_skew=settings.max_skew)
 
@@ -242,7 +250,7 @@ def verify_cmd(
     except InvalidToken as err:
         if as_json:
             emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
-        fail(str(err), err.exit_code)
+        fail(error_text(err), err.exit_code)
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
@@ -282,7 +290,7 @@ class _JsonlChecks:
         self.as_json = as_json
 
     def check(self, line: bytes) -> Any:
-        from .._encoding import EncodingError, json_loads
+        from .._cli_api import EncodingError, json_loads
 
         try:
             document = json_loads(line.decode("utf-8"))
@@ -362,7 +370,7 @@ def _verify_lines(
                     failure = {"code": err.code, "message": str(err)}
                     answer(json_dumps({"line": number, "valid": False, "error": failure}))
                 else:
-                    answer(f"rejected: {printable(str(err))}")
+                    answer(f"rejected: {printable(error_text(err))}")
                 continue
             answer(render(result, number))
     finally:
@@ -425,7 +433,7 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
                 failure = {"code": err.code, "message": str(err)}
                 shown = terminal_json(json_dumps({"line": number, "error": failure}))
             else:
-                shown = f"line {number}: rejected: {printable(str(err))}"
+                shown = f"line {number}: rejected: {printable(error_text(err))}"
         if number > 1 and not as_json:
             click.echo()
         click.echo(shown)

@@ -1,21 +1,28 @@
 """Envelopes: what a token's plaintext means, and the one path that accepts it.
 
 A token is a wire (``formats/``: bytes in, bytes out, under a key) carrying an envelope: our
-claims, an SDK's claims, or sealed bytes. Each envelope has one accepting path, a straight run
-of checks that returns the claims or raises the specific error where a check fails (shape,
-then lifetime, then binding: "expired" and "principal mismatch" are only ever said of tokens
-that came from a key holder). There is no second, quicker path to keep in agreement with it.
+claims, an SDK's claims, or sealed bytes. Each envelope accepts in one ordered run of plain
+checks, each raising its specific error where it fails (shape, then lifetime, then binding:
+"expired" and "principal mismatch" are only ever said of tokens that came from a key holder).
+There is no second, quicker path to keep in agreement with it, and nothing works out afterwards
+which check refused.
 
-An envelope declares the bindings it can carry (:attr:`Envelope.carries`, bits of
-:mod:`mrtr_state.binding`). A binding stated but not carried is never dropped: a verifier that
-states one gets the token refused (:func:`refuse_uncarried`), a minter a ``ValueError``
-(:func:`refuse_to_mint`).
+The plaintext has just been authenticated by the wire's tag or MAC, so it is read with the plain
+JSON reader (:func:`mrtr_state._encoding.authenticated_object`): a key holder wrote it.
+
+An envelope is made by the format table (:mod:`mrtr_state.registry`) for each format that carries
+it, given what it uses: the format's ``name`` (for messages) and whether its wire is
+``confidential`` (our claims write the principal in clear only there). It declares the bindings
+it can carry (:attr:`Envelope.carries`, bits of :mod:`mrtr_state.binding`). A binding stated
+but not carried is never dropped: a verifier that states one gets the token refused
+(:func:`refuse_uncarried`), a minter a ``ValueError`` (:func:`refuse_to_mint`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._encoding import EncodingError, NestingError, authenticated_object
 from ..binding import (
     AUDIENCE,
     BIND,
@@ -29,15 +36,17 @@ from ..binding import (
 from ..errors import (
     AudienceMismatch,
     BindingMismatch,
+    InvalidClaims,
     InvalidToken,
+    MalformedToken,
     PrincipalMismatch,
     RequestMismatch,
     WrongFormat,
 )
 
 if TYPE_CHECKING:
+    from .._entropy import Fresh
     from ..claims import Claims
-    from ..formats import Format
     from ..keyset import Key
     from ..policy import Policy
 
@@ -46,6 +55,8 @@ __all__ = [
     "Envelope",
     "RequestStateOnly",
     "View",
+    "over_cap",
+    "read_document",
     "refuse_to_mint",
     "refuse_uncarried",
 ]
@@ -88,37 +99,32 @@ class View:
 
 
 class Envelope(Protocol):
-    """The contract of every envelope."""
+    """The contract of every envelope; the table makes one per format, as
+    ``EnvelopeClass(format name, whether its wire is confidential)``."""
 
+    #: the format's name, for messages
+    name: str
     #: what ``inspect`` calls it, and the claim that holds the state
     kind: str
     state_member: str
     #: the binding kinds it can carry (bits)
     carries: int
-    #: how many random bytes :meth:`pack` is given: [0:16] the token id, [16:28] the wire's
-    #: nonce, [28:] a salt (fewer when the envelope needs none of them)
+    #: how many random bytes :meth:`pack` is given (0, 28 or 36: see
+    #: :class:`mrtr_state._entropy.Fresh`), for what it and its wire use
     fresh_bytes: int
 
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         """The plaintext of a new token and the claims it holds. ``binding`` holds only kinds
-        :attr:`carries` names (the caller checked); ``fresh``: :attr:`fresh_bytes` random
-        bytes drawn for this token alone; ``ttl`` is within the policy."""
+        :attr:`carries` names (the caller checked); ``fresh``: random bytes drawn for this
+        token alone; ``ttl`` is within the policy."""
         ...
 
     def accept(
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
@@ -129,12 +135,13 @@ class Envelope(Protocol):
         :data:`UNCHECKED` it returns once shape and lifetime passed."""
         ...
 
-    def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
-        """What ``inspect`` shows: the verdict of :meth:`accept` under :data:`UNCHECKED`."""
+    def view(self, plaintext: bytes, key: Key, now: float, policy: Policy) -> View:
+        """What ``inspect`` shows: the members as read, and the verdict of :meth:`accept`
+        under :data:`UNCHECKED`."""
         ...
 
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        """The claims of a document :meth:`pack` made."""
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        """The claims of a document :meth:`pack` made under the key ``kid``."""
         ...
 
     def sealed(self, payload: bytes) -> bytes:
@@ -154,61 +161,87 @@ class Envelope(Protocol):
         ...
 
 
+def read_document(plaintext: bytes, what: str) -> dict[str, Any]:
+    """The JSON object of an authenticated ``plaintext`` (read plainly: see
+    :func:`~mrtr_state._encoding.authenticated_object`), or its refusal: nesting beyond the
+    reader is a malformed token, anything else that is not a JSON object breaks the envelope's
+    rules (``what``: the envelope, for the message)."""
+    try:
+        return authenticated_object(plaintext)
+    except NestingError as err:
+        raise MalformedToken(f"{what}: {err}") from None
+    except EncodingError as err:
+        raise InvalidClaims(f"{what}: {err}") from None
+
+
+def over_cap(lifetime: float, ttl_cap: float) -> str:
+    """The refusal of a lifetime over the verifier's cap, in the SDK envelopes' words."""
+    return (
+        f"token lifetime {lifetime:.0f} s exceeds this verifier's ttl_cap of {ttl_cap:.0f} s; "
+        "raise ttl_cap on the verifier if the issuer really mints tokens this long-lived"
+    )
+
+
 class RequestStateOnly:
     """An official SDK's envelope: its tokens are requestStates, never sealed payloads.
 
-    Its view shows the members as :meth:`document` reads them, and takes its verdict from the
-    envelope's own accepting path (bindings unchecked).
+    Its view shows the members as read and takes its verdict from the envelope's own accepting
+    path (bindings unchecked).
     """
 
-    name = ""
     kind = ""
     state_member = ""
+    #: what the SDK binds, for inspect's note (empty: nothing inspect leaves unchecked)
+    binds = ""
 
-    @staticmethod
-    def document(plaintext: bytes) -> dict[str, Any]:
-        """The envelope's members as read, or the refusal of its shape."""
+    def __init__(self, name: str, confidential: bool) -> None:
+        self.name = name
+        self.confidential = confidential
+        #: "mcp-py tokens", for messages
+        self.tokens = f"{name} tokens"
+
+    def accept(
+        self,
+        plaintext: bytes,
+        key: Key,
+        binding: Binding,
+        now: float,
+        policy: Policy,
+        carried: list[str] | None = None,
+    ) -> Claims:
         raise NotImplementedError
 
-    def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
-        notes = (f"the SDK's bindings ({self.binds}) were not checked",) if self.binds else ()
+    def shown(self, plaintext: bytes) -> dict[str, Any] | None:
+        """The members ``inspect`` shows of an opened plaintext: the JSON object as read (it
+        was authenticated, not vouched for), or None."""
         try:
-            document = self.document(plaintext)
-        except InvalidToken as err:
-            return View(self.kind, _readable(plaintext), self.state_member, notes, err)
-        try:
-            self.accept(plaintext, key, fmt, UNCHECKED, now, policy)  # type: ignore[attr-defined]
-        except InvalidToken as err:
-            return View(self.kind, document, self.state_member, notes, err)
-        return View(self.kind, document, self.state_member, notes)
+            return authenticated_object(plaintext)
+        except EncodingError:
+            return None
 
-    binds = ""
+    def view(self, plaintext: bytes, key: Key, now: float, policy: Policy) -> View:
+        notes = (f"the SDK's bindings ({self.binds}) were not checked",) if self.binds else ()
+        shown = self.shown(plaintext)
+        try:
+            self.accept(plaintext, key, UNCHECKED, now, policy)
+        except InvalidToken as err:
+            return View(self.kind, shown, self.state_member, notes, err)
+        return View(self.kind, shown, self.state_member, notes)
 
     def sealed(self, payload: bytes) -> bytes:
         raise ValueError(
-            f"{self.name} tokens are the SDK's requestStates, not sealed payloads; seal in "
+            f"{self.tokens} are the SDK's requestStates, not sealed payloads; seal in "
             "aead, jws or jwe, or mint an SDK token"
         )
 
     def unsealed(self, plaintext: bytes) -> bytes:
-        raise WrongFormat(f"{self.name} tokens are SDK requestStates, not sealed payloads; verify")
+        raise WrongFormat(f"{self.tokens} are SDK requestStates, not sealed payloads; verify")
 
     def codec_plaintext(self, envelope: bytes) -> bytes:
         raise ValueError("the codec needs a confidential format: aead, jwe or mcp-py")
 
     def codec_envelope(self, plaintext: bytes) -> bytes:
         raise WrongFormat("this token does not hold an SDK requestState envelope")
-
-
-def _readable(plaintext: bytes) -> dict[str, Any] | None:
-    """The members of a plaintext that is a JSON object, as read (nothing is vouched for)."""
-    from .._encoding import EncodingError, json_loads_object
-
-    try:
-        document = json_loads_object(plaintext)
-    except EncodingError:
-        return None
-    return document if type(document) is dict else None
 
 
 def refuse_uncarried(kinds: int, what: str) -> BindingMismatch:

@@ -9,7 +9,7 @@ bind the audience and the principal, fail-closed both ways. ``p`` is b64url(salt
 ``mcp/request-state/principal:`` ‖ salt ‖ principal)[:16]); ``s`` is the server's state string.
 
 It travels in the ``mcp-py`` wire, and (marked 0x01) in aead and jwe when
-:class:`mrtr_state.mcp.KeysetCodec` seals it. Where the SDK is lenient, we are not: booleans
+:class:`mrtr_state.sdk_codec.KeysetCodec` seals it. Where the SDK is lenient, we are not: booleans
 are not numbers, NaN fails the accept-conditions, and beyond the SDK a lifetime over the
 verifier's ``ttl_cap`` is refused (a leaked secret must not mint state that lives for a year).
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 from .._encoding import (
@@ -26,9 +25,7 @@ from .._encoding import (
     b64url_decode,
     b64url_encode,
     compare_digest,
-    json_loads_object,
     one_shot_encoder,
-    strict_object,
 )
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, Binding
 from ..claims import Claims
@@ -36,19 +33,18 @@ from ..errors import (
     AudienceMismatch,
     ExpiredToken,
     InvalidClaims,
-    InvalidToken,
     NotYetValid,
     PrincipalMismatch,
     RequestMismatch,
 )
-from . import UNCHECKED, RequestStateOnly, refuse_uncarried
+from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
-    from ..formats import Format
+    from .._entropy import Fresh
     from ..keyset import Key
     from ..policy import Policy
 
-__all__ = ["ENVELOPE", "FUTURE_SKEW", "over_cap"]
+__all__ = ["FUTURE_SKEW", "McpPyEnvelope"]
 
 # The SDK's compact_json: ``,``/``:`` separators, non-ASCII escaped.
 _encode_envelope = one_shot_encoder(json.JSONEncoder(separators=(",", ":")))
@@ -57,9 +53,6 @@ FUTURE_SKEW = 60.0
 _PRINCIPAL_LABEL = b"mcp/request-state/principal:"
 _MEMBERS = frozenset({"v", "iat", "exp", "m", "t", "a", "s", "aud", "p"})
 _CARRIES = PRINCIPAL | AUDIENCE | REQUEST
-# a binding's kinds under this mask must be REQUEST alone: the request stated, nothing uncarried
-_REQUIRED_ONLY = ~(PRINCIPAL | AUDIENCE)
-_isfinite = math.isfinite
 _sha256 = hashlib.sha256
 _new_tuple = tuple.__new__
 
@@ -82,69 +75,23 @@ def _principal_matches(claim: Any, principal: str) -> bool:
     return compare_digest(_principal_digest(raw[:8], principal), raw[8:])
 
 
-def _number(value: object) -> bool:
-    return (type(value) is float or type(value) is int) and _isfinite(value)
-
-
-def over_cap(lifetime: float, ttl_cap: float) -> str:
-    return (
-        f"token lifetime {lifetime:.0f} s exceeds this verifier's ttl_cap of {ttl_cap:.0f} s; "
-        "raise ttl_cap on the verifier if the issuer really mints tokens this long-lived"
-    )
-
-
-def _document(plaintext: bytes) -> dict[str, Any]:
-    """The envelope's members, if it has the SDK's shape; else the refusal."""
-    try:
-        document = json_loads_object(plaintext)
-    except EncodingError as err:
-        raise InvalidClaims(f"mcp-py envelope: {err}") from None
-    if type(document) is not dict or not document.keys() <= _MEMBERS:
-        raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
-    if document.get("v") != 1 or type(document.get("s")) is not str:
-        raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
-    return document
-
-
-def _claims(document: dict[str, Any]) -> Claims:
-    get = document.get
-    claim = get("p")
-    # Claims(state, iat, exp, jti, sub, aud, rid, raw), built as the tuple it is
-    return _new_tuple(
-        Claims,
-        (
-            document["s"],
-            get("iat"),
-            get("exp"),
-            None,
-            claim if type(claim) is str else None,
-            get("aud"),
-            f"{get('m')} {get('t')} {get('a')}",
-            document,
-        ),
-    )
-
-
 class McpPyEnvelope(RequestStateOnly):
     """See the module docstring."""
 
-    name = "mcp-py"
     kind = "mcp-py"
     state_member = "s"
     binds = "request, audience, principal"
     carries = _CARRIES
     fresh_bytes = 36  # (16 unused) the wire's nonce (12), the principal digest's salt (8)
-    document = staticmethod(_document)
+
+    def __init__(self, name: str, confidential: bool) -> None:
+        super().__init__(name, confidential)
+        # the SDK's rules, whichever format carries the envelope (aead and jwe do, for
+        # KeysetCodec): its refusals speak of mcp-py tokens
+        self.tokens = "mcp-py tokens"
 
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         if not isinstance(state, str):
             raise ValueError(
@@ -164,7 +111,7 @@ class McpPyEnvelope(RequestStateOnly):
         if binding.audience is not None:
             document["aud"] = binding.audience
         if binding.principal is not None:
-            salt = fresh[28:36]
+            salt = fresh.salt
             document["p"] = b64url_encode(salt + _principal_digest(salt, binding.principal))
         return _encode_envelope(document).encode("ascii"), document
 
@@ -172,110 +119,90 @@ class McpPyEnvelope(RequestStateOnly):
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        parsed = strict_object(plaintext)
-        if parsed is None:
-            raise _refusal(plaintext, binding, now, policy)
-        document = parsed[0]
+        document = read_document(plaintext, "mcp-py envelope")
+        # the SDK's shape
+        if not document.keys() <= _MEMBERS:
+            raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
         get = document.get
+        state = get("s")
+        if get("v") != 1 or type(state) is not str:
+            raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
+        # the SDK's lifetime (numbers, iat at most 60 s ahead, now < exp: stated as what
+        # accepts, so a NaN fails; the reader refuses what is not finite), then beyond the SDK
+        # exp - iat <= ttl_cap
         iat: Any = get("iat")
         exp: Any = get("exp")
-        claim, principal = get("p"), binding.principal
-        # The one accepting test, in the SDK's order: shape, lifetime (iat at most 60 s ahead,
-        # now < exp, both finite numbers; beyond the SDK exp - iat <= ttl_cap), then request,
-        # audience and principal, fail-closed both ways. _refusal says which failed.
-        if (
-            document.keys() <= _MEMBERS
-            and get("v") == 1
-            and type(get("s")) is str
-            and (type(iat) is float or type(iat) is int)
-            and _isfinite(iat)
-            and (type(exp) is float or type(exp) is int)
-            and _isfinite(exp)
-            and iat <= now + FUTURE_SKEW
-            and now < exp
-            and exp - iat <= policy.lifetime_cap
-            and (
-                binding is UNCHECKED
-                or (
-                    (binding.kinds & _REQUIRED_ONLY) == REQUEST
-                    and get("m") == binding.method
-                    and get("t") == binding.target
-                    and get("a") == binding.digest()
-                    and get("aud") == binding.audience
-                    and (
-                        (claim is None and principal is None)
-                        or (
-                            claim is not None
-                            and principal is not None
-                            and _principal_matches(claim, principal)
-                        )
-                    )
+        if not ((type(iat) is float or type(iat) is int) and iat <= now + FUTURE_SKEW):
+            raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
+        if not (type(exp) is float or type(exp) is int):
+            raise ExpiredToken("expired ? s ago (exp is not a number)")
+        if not now < exp:
+            raise ExpiredToken(f"expired {int(now - exp)} s ago")
+        if not exp - iat <= policy.lifetime_cap:
+            raise InvalidClaims(over_cap(exp - iat, policy.lifetime_cap))
+        # the request, the audience and the principal, each both ways
+        if binding is not UNCHECKED:
+            kinds = binding.kinds
+            if kinds & ~_CARRIES:
+                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
+            if not kinds & REQUEST:
+                raise RequestMismatch(
+                    f"request mismatch: {self.tokens} are bound to their request; give the "
+                    "method, target and arguments"
                 )
-            )
-        ):
-            return _claims(document)
-        raise _refusal(plaintext, binding, now, policy)
+            if (
+                get("m") != binding.method
+                or get("t") != binding.target
+                or get("a") != binding.digest()
+            ):
+                raise RequestMismatch("request mismatch")
+            if get("aud") != binding.audience:
+                raise AudienceMismatch("audience mismatch")
+            claim, principal = get("p"), binding.principal
+            if claim is None:
+                if principal is not None:
+                    raise PrincipalMismatch(
+                        "principal mismatch: the token is not bound to a principal, but one "
+                        "was given"
+                    )
+            elif principal is None:
+                raise PrincipalMismatch(
+                    "principal mismatch: the token is bound to a principal; give it to verify"
+                )
+            elif not _principal_matches(claim, principal):
+                raise PrincipalMismatch("principal mismatch")
+        return self._claims(document, key.kid)
 
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        return _claims(document)
+    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+        get = document.get
+        claim = get("p")
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format), built as the tuple it is
+        return _new_tuple(
+            Claims,
+            (
+                document["s"],
+                get("iat"),
+                get("exp"),
+                None,
+                claim if type(claim) is str else None,
+                get("aud"),
+                f"{get('m')} {get('t')} {get('a')}",
+                document,
+                kid,
+                self.name,
+            ),
+        )
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        return self._claims(document, kid)
 
     def codec_plaintext(self, envelope: bytes) -> bytes:
         return envelope  # the SDK's own codec seals the envelope as it is
 
     def codec_envelope(self, plaintext: bytes) -> bytes:
         return plaintext
-
-
-def _refusal(plaintext: bytes, binding: Binding, now: float, policy: Policy) -> InvalidToken:
-    """Why :meth:`McpPyEnvelope.accept` refused: its checks one at a time, in its order. Only
-    ever an explanation: whatever this finds, the token was already refused."""
-    try:
-        document = _document(plaintext)
-    except InvalidClaims as err:
-        return err
-    get = document.get
-    # the SDK's lifetime (iat at most 60 s ahead, now < exp, both finite numbers), then
-    # beyond the SDK exp - iat <= ttl_cap
-    iat: Any = get("iat")
-    exp: Any = get("exp")
-    if not (_number(iat) and iat <= now + FUTURE_SKEW):
-        return NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
-    if not (_number(exp) and now < exp):
-        return ExpiredToken(f"expired {int(now - exp) if _number(exp) else '?'} s ago")
-    if not exp - iat <= policy.lifetime_cap:
-        return InvalidClaims(over_cap(exp - iat, policy.lifetime_cap))
-    if binding is UNCHECKED:
-        pass  # inspect's view: bindings are not examined
-    elif binding.kinds & ~_CARRIES:
-        return refuse_uncarried(binding.kinds & ~_CARRIES, "mcp-py tokens")
-    elif not binding.kinds & REQUEST:
-        return RequestMismatch(
-            "request mismatch: mcp-py tokens are bound to their request; give the method, "
-            "target and arguments"
-        )
-    elif get("m") != binding.method or get("t") != binding.target or get("a") != binding.digest():
-        return RequestMismatch("request mismatch")
-    elif get("aud") != binding.audience:
-        return AudienceMismatch("audience mismatch")
-    elif get("p") is None:
-        if binding.principal is not None:
-            return PrincipalMismatch(
-                "principal mismatch: the token is not bound to a principal, but one was given"
-            )
-    elif binding.principal is None:
-        return PrincipalMismatch(
-            "principal mismatch: the token is bound to a principal; give it to verify"
-        )
-    elif not _principal_matches(get("p"), binding.principal):
-        return PrincipalMismatch("principal mismatch")
-    # not reached while this and accept agree; if they ever part, the token stays refused
-    return InvalidClaims("mcp-py envelope refused")
-
-
-ENVELOPE = McpPyEnvelope()

@@ -24,19 +24,18 @@ import math
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import EncodingError, json_loads_object, one_shot_encoder, strict_object
+from .._encoding import one_shot_encoder
 from ..binding import AUDIENCE, REQUEST, Binding
 from ..claims import Claims
-from ..errors import AudienceMismatch, ExpiredToken, InvalidClaims, InvalidToken, RequestMismatch
-from . import UNCHECKED, RequestStateOnly, refuse_uncarried
-from .mcp_py import over_cap
+from ..errors import AudienceMismatch, ExpiredToken, InvalidClaims, RequestMismatch
+from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
-    from ..formats import Format
+    from .._entropy import Fresh
     from ..keyset import Key
     from ..policy import Policy
 
-__all__ = ["ENVELOPE", "canonical_json", "ruby_arguments_digest", "ruby_float"]
+__all__ = ["McpRbEnvelope", "canonical_json", "ruby_arguments_digest", "ruby_float"]
 
 # JSON.generate: compact, UTF-8 raw
 _encode_envelope = one_shot_encoder(
@@ -127,67 +126,24 @@ def _digest(binding: Binding) -> str | None:
         return None
 
 
-def _document(plaintext: bytes) -> dict[str, Any]:
-    try:
-        document = json_loads_object(plaintext)
-    except EncodingError as err:
-        raise InvalidClaims(f"mcp-rb envelope: {err}") from None
-    if type(document) is not dict or not document.keys() <= _MEMBERS:
-        raise InvalidClaims("mcp-rb envelope is not the SDK's claims object")
-    if document.get("v") != 1 or type(document.get("v")) is not int:
-        raise InvalidClaims("mcp-rb envelope: unsupported version (v must be 1)")
-    if type(document.get("exp")) is not int:
-        raise InvalidClaims("mcp-rb envelope: exp must be a whole number of seconds")
-    if type(document.get("s")) is not str:
-        raise InvalidClaims("mcp-rb envelope: missing state (s must be a string)")
-    return document
-
-
-def _claims(document: dict[str, Any]) -> Claims:
-    get = document.get
-    # Claims(state, iat, exp, jti, sub, aud, rid, raw)
-    return _new_tuple(
-        Claims,
-        (
-            document["s"],
-            None,
-            document["exp"],
-            None,
-            None,
-            get("aud"),
-            f"{get('m')} {get('t')} {get('a')}",
-            document,
-        ),
-    )
-
-
 class McpRbEnvelope(RequestStateOnly):
     """See the module docstring."""
 
-    name = "mcp-rb"
     kind = "mcp-rb"
     state_member = "s"
     binds = "request, audience"
     carries = _CARRIES
     fresh_bytes = 28  # (16 unused) the wire's IV (12)
-    document = staticmethod(_document)
 
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         if not isinstance(state, str):
             raise ValueError(
-                "mcp-rb state is a string (the SDK's requestState); JSON-encode it first"
+                f"{self.name} state is a string (the SDK's requestState); JSON-encode it first"
             )
         if not binding.kinds & REQUEST:
-            raise ValueError("mcp-rb tokens bind a request: give method, target (and arguments)")
+            raise ValueError(f"{self.tokens} bind a request: give method, target (and arguments)")
         document: dict[str, Any] = {
             "v": 1,
             "exp": _floor(now) + ttl,
@@ -207,80 +163,69 @@ class McpRbEnvelope(RequestStateOnly):
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        parsed = strict_object(plaintext)
-        if parsed is None:
-            raise _refusal(plaintext, binding, now, policy)
-        document = parsed[0]
+        what = f"{self.name} envelope"
+        document = read_document(plaintext, what)
+        # the SDK's shape: its version, an integer exp, the state
+        if not document.keys() <= _MEMBERS:
+            raise InvalidClaims(f"{what} is not the SDK's claims object")
         get = document.get
         version: Any = get("v")
+        if type(version) is not int or version != 1:
+            raise InvalidClaims(f"{what}: unsupported version (v must be 1)")
         exp: Any = get("exp")
-        # The one accepting test, in the SDK's order: version, lifetime (an integer exp, now <=
-        # exp in whole seconds; beyond the SDK exp - now <= ttl_cap), state, then method,
-        # target, arguments digest and audience, both ways. _refusal says which failed.
-        if (
-            document.keys() <= _MEMBERS
-            and type(version) is int
-            and version == 1
-            and type(exp) is int
-            and _floor(now) <= exp
-            and exp - now <= policy.lifetime_cap
-            and type(get("s")) is str
-            and (
-                binding is UNCHECKED
-                or (
-                    (binding.kinds & ~AUDIENCE) == REQUEST
-                    and get("m") == binding.method
-                    and get("t") == binding.target
-                    and get("a") == _digest(binding)
-                    and get("aud") == binding.audience
+        if type(exp) is not int:
+            raise InvalidClaims(f"{what}: exp must be a whole number of seconds")
+        if type(get("s")) is not str:
+            raise InvalidClaims(f"{what}: missing state (s must be a string)")
+        # the SDK's lifetime (now <= exp in whole seconds), then beyond the SDK exp - now <=
+        # ttl_cap
+        if not _floor(now) <= exp:
+            raise ExpiredToken(f"expired {int(now - exp)} s ago")
+        if not exp - now <= policy.lifetime_cap:
+            raise InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
+        # method, target, arguments digest and audience, in the SDK's order, both ways
+        if binding is not UNCHECKED:
+            kinds = binding.kinds
+            if kinds & ~_CARRIES:
+                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
+            if not kinds & REQUEST:
+                raise RequestMismatch(
+                    f"request mismatch: {self.tokens} are bound to their request; give the "
+                    "method, target and arguments"
                 )
-            )
-        ):
-            return _claims(document)
-        raise _refusal(plaintext, binding, now, policy)
+            if get("m") != binding.method:
+                raise RequestMismatch("request mismatch: method")
+            if get("t") != binding.target:
+                raise RequestMismatch("request mismatch: target")
+            if get("a") != _digest(binding):
+                raise RequestMismatch("request mismatch: arguments")
+            if get("aud") != binding.audience:
+                raise AudienceMismatch("audience mismatch")
+        return self._claims(document, key.kid)
 
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        return _claims(document)
-
-
-def _refusal(plaintext: bytes, binding: Binding, now: float, policy: Policy) -> InvalidToken:
-    """Why :meth:`McpRbEnvelope.accept` refused: its checks one at a time, in its order. Only
-    ever an explanation: whatever this finds, the token was already refused."""
-    try:
-        document = _document(plaintext)
-    except InvalidClaims as err:
-        return err
-    get = document.get
-    exp = document["exp"]
-    if _floor(now) > exp:
-        return ExpiredToken(f"expired {int(now - exp)} s ago")
-    if not exp - now <= policy.lifetime_cap:
-        return InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
-    if binding is UNCHECKED:
-        pass  # inspect's view: bindings are not examined
-    elif binding.kinds & ~_CARRIES:
-        return refuse_uncarried(binding.kinds & ~_CARRIES, "mcp-rb tokens")
-    elif not binding.kinds & REQUEST:
-        return RequestMismatch(
-            "request mismatch: mcp-rb tokens are bound to their request; give the method, "
-            "target and arguments"
+    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+        get = document.get
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
+        return _new_tuple(
+            Claims,
+            (
+                document["s"],
+                None,
+                document["exp"],
+                None,
+                None,
+                get("aud"),
+                f"{get('m')} {get('t')} {get('a')}",
+                document,
+                kid,
+                self.name,
+            ),
         )
-    elif get("m") != binding.method:
-        return RequestMismatch("request mismatch: method")
-    elif get("t") != binding.target:
-        return RequestMismatch("request mismatch: target")
-    elif get("a") != _digest(binding):
-        return RequestMismatch("request mismatch: arguments")
-    elif get("aud") != binding.audience:
-        return AudienceMismatch("audience mismatch")
-    # not reached while this and accept agree; if they ever part, the token stays refused
-    return InvalidClaims("mcp-rb envelope refused")
 
-
-ENVELOPE = McpRbEnvelope()
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        return self._claims(document, kid)

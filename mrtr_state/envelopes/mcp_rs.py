@@ -20,19 +20,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import EncodingError, b64url_encode, json_loads, one_shot_encoder
+from .._encoding import EncodingError, authenticated_json, b64url_encode, one_shot_encoder
 from ..binding import BIND, Binding
 from ..claims import Claims
-from ..errors import ExpiredToken, InvalidClaims, InvalidToken, MalformedToken
-from . import UNCHECKED, RequestStateOnly, refuse_uncarried
-from .mcp_py import over_cap
+from ..errors import ExpiredToken, InvalidClaims, MalformedToken
+from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried
 
 if TYPE_CHECKING:
-    from ..formats import Format
+    from .._entropy import Fresh
     from ..keyset import Key
     from ..policy import Policy
 
-__all__ = ["ENVELOPE", "payload_of"]
+__all__ = ["McpRsEnvelope", "payload_of"]
 
 # serde_json's to_vec of a Value: compact, keys sorted (no preserve_order), UTF-8 raw
 _encode_payload = one_shot_encoder(
@@ -55,9 +54,9 @@ def payload_of(state: Any) -> bytes:
 
 
 def _state(payload: bytes) -> Any:
-    """The payload as JSON when it is strict JSON, else the bytes."""
+    """The payload as JSON when it is JSON (read plainly: the tag covered it), else the bytes."""
     try:
-        return json_loads(payload)
+        return authenticated_json(payload)
     except EncodingError:
         return payload
 
@@ -70,12 +69,6 @@ def _shown(expiry: int, state: Any) -> dict[str, Any]:
     return {"expiry_ms": expiry, "payload": state}
 
 
-def _claims(expiry: int, state: Any) -> Claims:
-    exp = None if expiry == _NEVER else expiry / 1000
-    # Claims(state, iat, exp, jti, sub, aud, rid, raw)
-    return _new_tuple(Claims, (state, None, exp, None, None, None, None, _shown(expiry, state)))
-
-
 def _now_ms(now: float) -> int:
     return int(now * 1000) if now >= 0 else -int(-now * 1000)
 
@@ -83,7 +76,6 @@ def _now_ms(now: float) -> int:
 class McpRsEnvelope(RequestStateOnly):
     """See the module docstring."""
 
-    name = "mcp-rs"
     kind = "mcp-rs"
     state_member = "payload"
     # the tag covers the binding: inspect checks it as empty, and says so when that fails
@@ -91,23 +83,13 @@ class McpRsEnvelope(RequestStateOnly):
     carries = BIND
     fresh_bytes = 0  # a signed body: no id, no nonce, no salt
 
-    @staticmethod
-    def document(plaintext: bytes) -> dict[str, Any]:
+    def shown(self, plaintext: bytes) -> dict[str, Any] | None:
         if len(plaintext) < 8:
-            raise MalformedToken(
-                f"mcp-rs body is {len(plaintext)} bytes, shorter than its 8-byte expiry"
-            )
+            return None
         return _shown(int.from_bytes(plaintext[:8], "big", signed=True), _state(plaintext[8:]))
 
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         payload = payload_of(state)
         expiry = _now_ms(now) + ttl * 1000
@@ -120,54 +102,42 @@ class McpRsEnvelope(RequestStateOnly):
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        if len(plaintext) >= 8:
-            expiry = int.from_bytes(plaintext[:8], "big", signed=True)
-            left = expiry - _now_ms(now)
-            # The one accepting test: rmcp's (a body with its expiry; 0 never expires, else
-            # now_ms <= expiry), beyond rmcp the verifier's cap on what lies ahead, and no
-            # binding but the bind value (which the tag covered). _refusal says which failed.
-            if (
-                (expiry == _NEVER and policy.ttl_cap is None)
-                or (expiry != _NEVER and left >= 0 and left <= policy.lifetime_cap * 1000)
-            ) and not binding.kinds & ~BIND:
-                return _claims(expiry, _state(plaintext[8:]))
-        raise _refusal(plaintext, binding, now, policy, fmt.name)
-
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        return _claims(document["expiry_ms"], _state(document["payload"]))
-
-
-def _refusal(
-    plaintext: bytes, binding: Binding, now: float, policy: Policy, name: str
-) -> InvalidToken:
-    """Why :meth:`McpRsEnvelope.accept` refused: its checks one at a time, in its order. Only
-    ever an explanation: whatever this finds, the token was already refused."""
-    if len(plaintext) < 8:
-        return MalformedToken(
-            f"{name} body is {len(plaintext)} bytes, shorter than its 8-byte expiry"
-        )
-    expiry = int.from_bytes(plaintext[:8], "big", signed=True)
-    left = expiry - _now_ms(now)
-    if expiry == _NEVER:
-        if policy.ttl_cap is not None:
-            return InvalidClaims(
-                f"this {name} token never expires (rmcp expiry 0); a verifier accepts it only "
-                "with its ttl_cap lifted (--ttl-cap none)"
+        # rmcp's order after the tag: a body with its expiry, then 0 never expires, else
+        # now_ms <= expiry; beyond rmcp, the verifier's cap on what lies ahead
+        if len(plaintext) < 8:
+            raise MalformedToken(
+                f"{self.name} body is {len(plaintext)} bytes, shorter than its 8-byte expiry"
             )
-    elif left < 0:
-        return ExpiredToken(f"expired {-left / 1000:.3f} s ago")
-    elif left > policy.lifetime_cap * 1000:
-        return InvalidClaims(over_cap(left / 1000, policy.lifetime_cap))
-    if binding is not UNCHECKED and binding.kinds & ~BIND:
-        return refuse_uncarried(binding.kinds & ~BIND, f"{name} tokens")
-    # not reached while this and accept agree; if they ever part, the token stays refused
-    return InvalidClaims(f"{name} body refused")
+        expiry = int.from_bytes(plaintext[:8], "big", signed=True)
+        if expiry == _NEVER:
+            if policy.ttl_cap is not None:
+                raise InvalidClaims(
+                    f"this {self.name} token never expires (rmcp expiry 0); a verifier accepts "
+                    "it only with its ttl_cap lifted (ttl_cap none)"
+                )
+        else:
+            left = expiry - _now_ms(now)
+            if not left >= 0:
+                raise ExpiredToken(f"expired {-left / 1000:.3f} s ago")
+            if not left <= policy.lifetime_cap * 1000:
+                raise InvalidClaims(over_cap(left / 1000, policy.lifetime_cap))
+        # no binding but the bind value, which the wire's tag covered
+        if binding is not UNCHECKED and binding.kinds & ~BIND:
+            raise refuse_uncarried(binding.kinds & ~BIND, self.tokens)
+        return self._claims(expiry, _state(plaintext[8:]), key.kid)
 
+    def _claims(self, expiry: int, state: Any, kid: str) -> Claims:
+        exp = None if expiry == _NEVER else expiry / 1000
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
+        return _new_tuple(
+            Claims,
+            (state, None, exp, None, None, None, None, _shown(expiry, state), kid, self.name),
+        )
 
-ENVELOPE = McpRsEnvelope()
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        return self._claims(document["expiry_ms"], _state(document["payload"]), kid)

@@ -12,30 +12,21 @@ SDK, which has no issue time, ``exp`` may lie at most the verifier's ``ttl_cap``
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import (
-    EncodingError,
-    b64url_encode,
-    compare_digest,
-    json_loads_object,
-    one_shot_encoder,
-    strict_object,
-)
+from .._encoding import b64url_encode, compare_digest, one_shot_encoder
+from .._primitives import Keyed, hmac_key
 from ..binding import BIND, Binding
 from ..claims import Claims
-from ..errors import ExpiredToken, InvalidClaims, InvalidToken, RequestMismatch
-from ..formats._primitives import Keyed, hmac_key
-from . import UNCHECKED, RequestStateOnly, refuse_uncarried
-from .mcp_py import over_cap
+from ..errors import ExpiredToken, InvalidClaims, RequestMismatch
+from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
-    from ..formats import Format
+    from .._entropy import Fresh
     from ..keyset import Key
     from ..policy import Policy
 
-__all__ = ["ENVELOPE", "bind_tag"]
+__all__ = ["McpTsEnvelope", "bind_tag"]
 
 _encode_body = one_shot_encoder(
     json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -43,7 +34,6 @@ _encode_body = one_shot_encoder(
 _BIND_LABEL = b"mcp.requestState.bind:"
 _MEMBERS = frozenset({"p", "exp", "b"})
 _UNCARRIED = ~BIND
-_isfinite = math.isfinite
 _new_tuple = tuple.__new__
 
 
@@ -58,45 +48,17 @@ def bind_tag(key: Key, value: str | bytes) -> str:
     return b64url_encode(state.finalize()[:16])
 
 
-def _document(plaintext: bytes) -> dict[str, Any]:
-    try:
-        document = json_loads_object(plaintext)
-    except EncodingError as err:
-        raise InvalidClaims(f"mcp-ts body: {err}") from None
-    if type(document) is not dict or not document.keys() <= _MEMBERS:
-        raise InvalidClaims("mcp-ts body is not the SDK's {p, exp, b} object")
-    if "p" not in document:
-        raise InvalidClaims("mcp-ts body lacks its payload p")
-    return document
-
-
-def _claims(document: dict[str, Any]) -> Claims:
-    # Claims(state, iat, exp, jti, sub, aud, rid, raw)
-    return _new_tuple(
-        Claims, (document["p"], None, document["exp"], None, None, None, None, document)
-    )
-
-
 class McpTsEnvelope(RequestStateOnly):
     """See the module docstring."""
 
-    name = "mcp-ts"
     kind = "mcp-ts"
     state_member = "p"
     binds = "bind value"
     carries = BIND
     fresh_bytes = 0  # a signed body: no id, no nonce, no salt
-    document = staticmethod(_document)
 
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         body: dict[str, Any] = {"p": state, "exp": int(now) + ttl}
         if binding.bind is not None:
@@ -110,84 +72,63 @@ class McpTsEnvelope(RequestStateOnly):
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        parsed = strict_object(plaintext)
-        if parsed is None:
-            raise _refusal(plaintext, key, binding, now, policy)
-        document = parsed[0]
+        document = read_document(plaintext, f"{self.name} body")
+        # the SDK's shape
+        if not document.keys() <= _MEMBERS:
+            raise InvalidClaims(f"{self.name} body is not the SDK's {{p, exp, b}} object")
+        if "p" not in document:
+            raise InvalidClaims(f"{self.name} body lacks its payload p")
+        # the SDK's now < exp (a number: stated as what accepts, so a NaN fails; the reader
+        # refuses what is not finite), then beyond the SDK exp - now <= ttl_cap
         exp: Any = document.get("exp")
-        tag, bind = document.get("b"), binding.bind
-        # The one accepting test: the SDK's shape and now < exp (a finite number), beyond the SDK
-        # exp - now <= ttl_cap, then the bind tag both ways (a tag that is not ASCII text never
-        # matches). _refusal says which failed.
-        if (
-            document.keys() <= _MEMBERS
-            and "p" in document
-            and (type(exp) is int or type(exp) is float)
-            and _isfinite(exp)
-            and now < exp
-            and exp - now <= policy.lifetime_cap
-            and (
-                binding is UNCHECKED
-                or (
-                    not binding.kinds & _UNCARRIED
-                    and (
-                        (tag is None and bind is None)
-                        or (
-                            bind is not None
-                            and type(tag) is str
-                            and tag.isascii()
-                            and compare_digest(tag, bind_tag(key, bind))
-                        )
+        if not (type(exp) is int or type(exp) is float):
+            raise ExpiredToken("expired ? s ago (exp is not a number)")
+        if not now < exp:
+            raise ExpiredToken(f"expired {int(now - exp)} s ago")
+        if not exp - now <= policy.lifetime_cap:
+            raise InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
+        # the bind tag, both ways (a tag that is not ASCII text never matches)
+        if binding is not UNCHECKED:
+            if binding.kinds & _UNCARRIED:
+                raise refuse_uncarried(binding.kinds & _UNCARRIED, self.tokens)
+            tag, bind = document.get("b"), binding.bind
+            if tag is None:
+                if bind is not None:
+                    raise RequestMismatch(
+                        "bind mismatch: the token carries no bind tag, but one was given"
                     )
+            elif bind is None:
+                raise RequestMismatch(
+                    "bind mismatch: the token carries a bind tag; state its bind value to verify"
                 )
-            )
-        ):
-            return _claims(document)
-        raise _refusal(plaintext, key, binding, now, policy)
+            elif not (
+                type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))
+            ):
+                raise RequestMismatch("bind mismatch")
+        return self._claims(document, key.kid)
 
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        return _claims(document)
+    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
+        return _new_tuple(
+            Claims,
+            (
+                document["p"],
+                None,
+                document["exp"],
+                None,
+                None,
+                None,
+                None,
+                document,
+                kid,
+                self.name,
+            ),
+        )
 
-
-def _refusal(
-    plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy
-) -> InvalidToken:
-    """Why :meth:`McpTsEnvelope.accept` refused: its checks one at a time, in its order. Only
-    ever an explanation: whatever this finds, the token was already refused."""
-    try:
-        document = _document(plaintext)
-    except InvalidClaims as err:
-        return err
-    # the SDK's now < exp (a finite number), then beyond the SDK exp - now <= ttl_cap
-    exp: Any = document.get("exp")
-    finite = (type(exp) is int or type(exp) is float) and _isfinite(exp)
-    if not (finite and now < exp):
-        return ExpiredToken(f"expired {int(now - exp) if finite else '?'} s ago")
-    if not exp - now <= policy.lifetime_cap:
-        return InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
-    tag, bind = document.get("b"), binding.bind
-    if binding is UNCHECKED:
-        pass  # inspect's view: bindings are not examined
-    elif binding.kinds & ~BIND:
-        return refuse_uncarried(binding.kinds & ~BIND, "mcp-ts tokens")
-    elif tag is None:
-        if bind is not None:
-            return RequestMismatch(
-                "bind mismatch: the token carries no bind tag, but one was given"
-            )
-    elif bind is None:
-        return RequestMismatch("bind mismatch: the token carries a bind tag; give --bind to verify")
-    # a tag that is not ASCII text never matches (compare_digest refuses non-ASCII text)
-    elif not (type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))):
-        return RequestMismatch("bind mismatch")
-    # not reached while this and accept agree; if they ever part, the token stays refused
-    return InvalidClaims("mcp-ts body refused")
-
-
-ENVELOPE = McpTsEnvelope()
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        return self._claims(document, kid)

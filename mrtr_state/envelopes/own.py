@@ -4,7 +4,7 @@ The plaintext's first byte says which, and no two can be confused:
 
 * ``{``: claims, ``{"iat","exp","jti","sub"?,"aud"?,"rid"?,"st"}`` (:mod:`mrtr_state.claims`);
 * ``0x00``: bytes sealed by :func:`mrtr_state.seal`, with no claims, expiry or binding;
-* ``0x01``: an MCP Python SDK envelope sealed by :class:`mrtr_state.mcp.KeysetCodec`, accepted
+* ``0x01``: an MCP Python SDK envelope sealed by :class:`mrtr_state.sdk_codec.KeysetCodec`, accepted
   on that SDK's conditions (:mod:`.mcp_py`).
 
 Claims are accepted in one straight run, each check stated as the condition to accept so that a
@@ -21,19 +21,20 @@ tag of it (:mod:`mrtr_state._principal`), which only a key holder can test.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from .._encoding import (
     EncodingError,
+    authenticated_object,
     b64url_encode,
     claims_bytes,
     compare_digest,
-    json_loads_object,
-    strict_object,
+    json_value_end,
 )
 from .._principal import principal_tag, tag_matches
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, REQUEST_ID, Binding
-from ..claims import MAX_TIME, Claims, audience_list, claims_of, claims_problem, parse_claims
+from ..claims import MAX_TIME, Claims, audience_list
 from ..errors import (
     AudienceMismatch,
     ExpiredToken,
@@ -44,22 +45,39 @@ from ..errors import (
     RequestMismatch,
     WrongFormat,
 )
-from . import UNCHECKED, View, refuse_uncarried
+from . import UNCHECKED, View, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
-    from ..formats import Format
+    from .._entropy import Fresh
     from ..keyset import Key
     from ..policy import Policy
+    from .mcp_py import McpPyEnvelope
 
-__all__ = ["ENVELOPE"]
+__all__ = ["CODEC", "SEALED", "OwnEnvelope"]
 
 SEALED = b"\x00"
 CODEC = b"\x01"
+_MEMBERS = frozenset({"iat", "exp", "jti", "sub", "aud", "rid", "st"})
+_REQUIRED = ("iat", "exp", "jti", "st")
 _CARRIES = PRINCIPAL | AUDIENCE | REQUEST_ID | REQUEST
 _UNCARRIED = ~_CARRIES
 _REQUESTS = REQUEST_ID | REQUEST
+_ABSENT: Any = object()  # an optional claim the document does not hold (None is a null one)
 _new_tuple = tuple.__new__
 _NOT_CHECKED = "bindings (principal, request, audience) were not checked"
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _not_seconds(name: str, value: Any) -> InvalidClaims:
+    return InvalidClaims(f"claim {name} must be a whole number of seconds, got {_show(value)}")
+
+
+def _not_text(name: str, value: Any, lists: str = "") -> InvalidClaims:
+    return InvalidClaims(f"claim {name} must be a non-empty string{lists}, got {_show(value)}")
 
 
 def _ago(seconds: float) -> str:
@@ -95,29 +113,42 @@ class OwnEnvelope:
     state_member = "st"
     carries = _CARRIES
     # the token id (16) and the wire's nonce (12); jws, which takes no nonce, salts the
-    # principal tag with the nonce's first 8 bytes instead
+    # principal tag with those bytes instead (see Fresh)
     fresh_bytes = 28
 
+    def __init__(self, name: str, confidential: bool) -> None:
+        self.name = name
+        #: whether the wire encrypts: then ``sub`` is the principal, else a keyed tag of it
+        self.confidential = confidential
+        self._tokens = f"{name} tokens"
+        self._sdk: McpPyEnvelope | None = None
+
+    def _codec(self) -> McpPyEnvelope:
+        """The Python SDK's checks, for envelopes KeysetCodec sealed in this format (made on
+        first use: most commands never meet one)."""
+        if self._sdk is None:
+            from .mcp_py import McpPyEnvelope
+
+            self._sdk = McpPyEnvelope(self.name, self.confidential)
+        return self._sdk
+
     def pack(
-        self,
-        state: Any,
-        binding: Binding,
-        key: Key,
-        fmt: Format,
-        now: float,
-        ttl: int,
-        fresh: bytes,
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
         iat = int(now)
-        claims: dict[str, Any] = {"iat": iat, "exp": iat + ttl, "jti": b64url_encode(fresh[:16])}
+        claims: dict[str, Any] = {
+            "iat": iat,
+            "exp": iat + ttl,
+            "jti": b64url_encode(fresh.token_id),
+        }
         principal = binding.principal
         if principal is not None:
             claims["sub"] = (
-                principal if fmt.confidential else principal_tag(key, principal, fresh[16:24])
+                principal if self.confidential else principal_tag(key, principal, fresh.salt)
             )
         if binding.audience is not None:
             claims["aud"] = binding.audience
-        if binding.kinds & (REQUEST_ID | REQUEST):
+        if binding.kinds & _REQUESTS:
             claims["rid"] = binding.fingerprint()
         claims["st"] = state
         return claims_bytes(claims, state), claims
@@ -126,112 +157,123 @@ class OwnEnvelope:
         self,
         plaintext: bytes,
         key: Key,
-        fmt: Format,
         binding: Binding,
         now: float,
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
         if plaintext[:1] != b"{":
-            return self._marked(plaintext, key, fmt, binding, now, policy)
-        parsed = strict_object(plaintext)
-        if parsed is None:
-            raise _unreadable(plaintext)
-        document, text = parsed
+            return self._marked(plaintext, key, binding, now, policy)
+        document = read_document(plaintext, "claims")
+        # shape: nothing unknown, every required claim, exact types, no optional claim null
+        if not document.keys() <= _MEMBERS:
+            unknown = ", ".join(sorted(document.keys() - _MEMBERS))
+            raise InvalidClaims(f"claims hold unknown members {unknown}")
         try:
             state, iat, exp, jti = document["st"], document["iat"], document["exp"], document["jti"]
         except KeyError:
-            raise _refusal(document, key, fmt, binding, now, policy) from None
+            missing = ", ".join(name for name in _REQUIRED if name not in document)
+            raise InvalidClaims(f"claims lack {missing}") from None
+        if type(iat) is not int or not 0 <= iat < MAX_TIME:
+            raise _not_seconds("iat", iat)
+        if type(exp) is not int or not 0 <= exp < MAX_TIME:
+            raise _not_seconds("exp", exp)
+        if type(jti) is not str or not jti:
+            raise InvalidClaims("claim jti must be a non-empty string")
         get = document.get
-        sub, rid = get("sub"), get("rid")
-        aud: Any = get("aud")
-        principal, audience, requests = binding.principal, binding.audience, binding.kinds
-        requests &= _REQUESTS
-        # The one accepting test, in the module docstring's order: shape, lifetime, bindings.
-        # Each clause is the condition to accept (NaN, or anything unforeseen, fails closed);
-        # _refusal works out which failed only once one has. A stated binding is non-empty text,
-        # so comparing with it also tests the claim's type and non-emptiness.
-        if (
-            type(iat) is int
-            and type(exp) is int
-            and type(jti) is str
-            and jti
-            and len(document) == 4 + (sub is not None) + (aud is not None) + (rid is not None)
-            and iat >= 0
-            and exp < MAX_TIME
-            and 0 < exp - iat <= policy.lifetime_cap
-            and iat <= now + policy.skew
-            and now < exp
-            and (
-                (
-                    not binding.kinds & _UNCARRIED
-                    and (
-                        (sub is None and principal is None)
-                        or (
-                            type(sub) is str
-                            and principal is not None
-                            and (
-                                _same(sub, principal)
-                                if fmt.confidential
-                                else tag_matches(key, sub, principal)
-                            )
-                        )
-                    )
-                    and (
-                        (aud is None and audience is None)
-                        or (
-                            audience is not None
-                            and (
-                                _same(aud, audience)
-                                if type(aud) is str
-                                else audience_list(aud) and any(_same(a, audience) for a in aud)
-                            )
-                        )
-                    )
-                    and (
-                        (rid is None and not requests)
-                        or (
-                            type(rid) is str
-                            and requests
-                            and _same(rid, binding.rid or binding.fingerprint())  # type: ignore[arg-type]
-                        )
-                    )
-                )
-                # inspect's view: the shape of the claims it did not compare
-                or (
-                    binding is UNCHECKED
-                    and (sub is None or (type(sub) is str and sub))
-                    and (aud is None or (type(aud) is str and aud) or audience_list(aud))
-                    and (rid is None or (type(rid) is str and rid))
-                )
+        sub, aud, rid = get("sub", _ABSENT), get("aud", _ABSENT), get("rid", _ABSENT)
+        if sub is not _ABSENT and (type(sub) is not str or not sub):
+            raise _not_text("sub", sub)
+        if aud is not _ABSENT and not ((type(aud) is str and aud) or audience_list(aud)):
+            raise _not_text("aud", aud, " or list of them")
+        if rid is not _ABSENT and (type(rid) is not str or not rid):
+            raise _not_text("rid", rid)
+        # lifetime, each condition stated as what accepts (a NaN clock fails closed)
+        lifetime = exp - iat
+        if not lifetime > 0:
+            raise InvalidClaims(f"token lifetime {lifetime} s is not positive (exp <= iat)")
+        if not lifetime <= policy.lifetime_cap:
+            raise InvalidClaims(
+                f"token lifetime {lifetime} s exceeds this verifier's ttl_cap of "
+                f"{policy.lifetime_cap} s: it was minted under a higher cap; raise ttl_cap on "
+                "the verifier too, or mint shorter tokens"
             )
-        ):
-            if carried is not None:
-                value = _carried_state(text, document)
-                if value is not None:
-                    carried.append(value)
-            return _new_tuple(Claims, (state, iat, exp, jti, sub, aud, rid, None))
-        raise _refusal(document, key, fmt, binding, now, policy)
+        if not iat <= now + policy.skew:
+            raise NotYetValid(
+                f"not yet valid: issued {iat - now:.0f} s in the future, beyond the "
+                f"{policy.skew} s allowed clock skew"
+            )
+        if not now < exp:
+            raise ExpiredToken(f"expired {_ago(now - exp)} ago")
+        # each binding, both ways (inspect states none: its view stops before them)
+        if binding is not UNCHECKED:
+            kinds = binding.kinds
+            if kinds & _UNCARRIED:
+                raise refuse_uncarried(kinds & _UNCARRIED, self._tokens)
+            principal = binding.principal
+            if sub is _ABSENT:
+                if principal is not None:
+                    raise _unbound("principal", PrincipalMismatch)
+            elif principal is None:
+                raise _bound("principal", PrincipalMismatch)
+            elif not (
+                _same(sub, principal) if self.confidential else tag_matches(key, sub, principal)
+            ):
+                raise PrincipalMismatch("principal mismatch")
+            audience = binding.audience
+            if aud is _ABSENT:
+                if audience is not None:
+                    raise _unbound("audience", AudienceMismatch)
+            elif audience is None:
+                raise _bound("audience", AudienceMismatch)
+            elif not (
+                _same(aud, audience)
+                if type(aud) is str
+                else any(_same(one, audience) for one in aud)
+            ):
+                raise AudienceMismatch("audience mismatch")
+            if rid is _ABSENT:
+                if kinds & _REQUESTS:
+                    raise _unbound("request", RequestMismatch)
+            elif not kinds & _REQUESTS:
+                raise _bound("request", RequestMismatch)
+            elif not _same(rid, binding.rid or binding.fingerprint()):  # type: ignore[arg-type]
+                raise RequestMismatch("request mismatch")
+        if carried is not None:
+            shown = _carried_state(plaintext)
+            if shown is not None:
+                carried.append(shown)
+        return _new_tuple(
+            Claims,
+            (
+                state,
+                iat,
+                exp,
+                jti,
+                None if sub is _ABSENT else sub,
+                None if aud is _ABSENT else aud,
+                None if rid is _ABSENT else rid,
+                None,
+                key.kid,
+                self.name,
+            ),
+        )
 
     def _marked(
-        self, plaintext: bytes, key: Key, fmt: Format, binding: Binding, now: float, policy: Policy
+        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy
     ) -> Claims:
         """A plaintext that is not claims: a KeysetCodec envelope is accepted as the SDK's."""
         marker = plaintext[:1]
         if marker == CODEC:
-            from .mcp_py import ENVELOPE as sdk
-
-            return sdk.accept(plaintext[1:], key, fmt, binding, now, policy)
+            return self._codec().accept(plaintext[1:], key, binding, now, policy)
         if marker == SEALED:
             raise WrongFormat("this token holds a sealed payload, not claims; use unseal")
-        raise _unreadable(plaintext)
+        raise InvalidClaims("claims: not a JSON object")
 
-    def view(self, plaintext: bytes, key: Key, fmt: Format, now: float, policy: Policy) -> View:
+    def view(self, plaintext: bytes, key: Key, now: float, policy: Policy) -> View:
         marker = plaintext[:1]
         if marker == CODEC:
-            from .mcp_py import ENVELOPE as sdk
-
-            inner = sdk.view(plaintext[1:], key, fmt, now, policy)
+            inner = self._codec().view(plaintext[1:], key, now, policy)
             inner.notes = (
                 "an MCP Python SDK envelope sealed by KeysetCodec; its bindings (request, "
                 "audience, principal) were not checked: use verify with them",
@@ -240,21 +282,34 @@ class OwnEnvelope:
         if marker == SEALED:
             notes = ("sealed payload: no claims, no expiry, no binding",)
             return View("sealed", None, "st", notes, sealed_bytes=len(plaintext) - 1)
-        shown: dict[str, Any] | None = None
         try:
-            shown = parse_claims(json_loads_object(plaintext)).to_dict()
-        except EncodingError as err:
-            return View("claims", None, "st", (_NOT_CHECKED,), InvalidClaims(f"claims: {err}"))
-        except InvalidClaims as err:
-            return View("claims", None, "st", (_NOT_CHECKED,), err)
+            shown: dict[str, Any] | None = authenticated_object(plaintext)
+        except EncodingError:
+            shown = None
         try:
-            self.accept(plaintext, key, fmt, UNCHECKED, now, policy)
+            self.accept(plaintext, key, UNCHECKED, now, policy)
         except InvalidToken as err:
             return View("claims", shown, "st", (_NOT_CHECKED,), err)
         return View("claims", shown, "st", (_NOT_CHECKED,))
 
-    def claims_of(self, document: dict[str, Any]) -> Claims:
-        return claims_of(document)  # our own, just packed: nothing to check
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        """The claims :meth:`pack` just made: ours, so nothing to check."""
+        get = document.get
+        return _new_tuple(
+            Claims,
+            (
+                document["st"],
+                document["iat"],
+                document["exp"],
+                document["jti"],
+                get("sub"),
+                get("aud"),
+                get("rid"),
+                None,
+                kid,
+                self.name,
+            ),
+        )
 
     def sealed(self, payload: bytes) -> bytes:
         return SEALED + payload
@@ -278,88 +333,24 @@ class OwnEnvelope:
         return plaintext[1:]
 
 
-def _refusal(
-    document: dict[str, Any], key: Key, fmt: Format, binding: Binding, now: float, policy: Policy
-) -> InvalidToken:
-    """Why :meth:`OwnEnvelope.accept` refused ``document``: its checks, one at a time, in its
-    order. Only ever an explanation: whatever this finds, the token was already refused."""
-    problem = claims_problem(document)
-    if problem is not None:
-        return problem
-    iat, exp = document["iat"], document["exp"]
-    lifetime = exp - iat
-    if not lifetime > 0:
-        return InvalidClaims(f"token lifetime {lifetime} s is not positive (exp <= iat)")
-    if not lifetime <= policy.lifetime_cap:
-        return InvalidClaims(
-            f"token lifetime {lifetime} s exceeds this verifier's ttl_cap of "
-            f"{policy.lifetime_cap} s: it was minted under a higher cap; raise ttl_cap on the "
-            "verifier too, or mint shorter tokens"
-        )
-    if not iat <= now + policy.skew:
-        return NotYetValid(
-            f"not yet valid: issued {iat - now:.0f} s in the future, beyond the "
-            f"{policy.skew} s allowed clock skew"
-        )
-    if not now < exp:
-        return ExpiredToken(f"expired {_ago(now - exp)} ago")
-    if binding is not UNCHECKED:
-        if binding.kinds & _UNCARRIED:
-            return refuse_uncarried(binding.kinds & _UNCARRIED, f"{fmt.name} tokens")
-        get = document.get
-        sub, principal = get("sub"), binding.principal
-        if sub is None:
-            if principal is not None:
-                return _unbound("principal", PrincipalMismatch)
-        elif principal is None:
-            return _bound("principal", PrincipalMismatch)
-        elif not (_same(sub, principal) if fmt.confidential else tag_matches(key, sub, principal)):
-            return PrincipalMismatch("principal mismatch")
-        aud, audience = get("aud"), binding.audience
-        if aud is None:
-            if audience is not None:
-                return _unbound("audience", AudienceMismatch)
-        elif audience is None:
-            return _bound("audience", AudienceMismatch)
-        elif not any(_same(one, audience) for one in ([aud] if type(aud) is str else aud)):
-            return AudienceMismatch("audience mismatch")
-        rid, requests = get("rid"), binding.kinds & _REQUESTS
-        if rid is None:
-            if requests:
-                return _unbound("request", RequestMismatch)
-        elif not requests:
-            return _bound("request", RequestMismatch)
-        elif not _same(rid, binding.fingerprint()):  # type: ignore[arg-type]
-            return RequestMismatch("request mismatch")
-    # not reached while this and accept agree; if they ever part, the token stays refused
-    return InvalidClaims("claims refused")
-
-
-def _unreadable(plaintext: bytes) -> InvalidClaims:
-    """Why ``plaintext`` is not claims JSON, as the strict parser words it."""
-    try:
-        json_loads_object(plaintext)
-    except EncodingError as err:
-        return InvalidClaims(f"claims: {err}")
-    return InvalidClaims("claims: not valid JSON")  # not reached: fail closed
-
-
-def _carried_state(text: str, document: dict[str, Any]) -> str | None:
-    """The state's own JSON text in accepted claims ``text``, if it can be printed as is: the
-    top-level ``st`` member written plainly and last, its value on one line. Else None.
+def _carried_state(plaintext: bytes) -> str | None:
+    """The state's own JSON text in accepted claims, if it can be printed as is: the top-level
+    ``st`` member written plainly and last, its value on one line. Else None.
 
     The first plain ``"st":`` is the top-level member when no object opens before it (the
     members before it are scalars or lists of strings, and a JSON string cannot hold an
-    unescaped quote); claims whose last member is ``st`` end with its value, then only
-    whitespace and the brace.
+    unescaped quote); it is the last member, and so (last wins) the one accepted, when its
+    value runs to the closing brace.
     """
+    text = plaintext.decode("utf-8")
     at = text.find('"st":')
-    if at < 0 or "{" in text[1:at] or next(reversed(document)) != "st":
+    if at < 0 or "{" in text[1:at]:
         return None
-    value = text[at + 5 : -1].strip(" \t")
-    if not value or "\n" in value or "\r" in value:
+    try:
+        end = json_value_end(text, at + 5)
+    except EncodingError:
+        return None
+    value = text[at + 5 : end]
+    if end != len(text) - 1 or "\n" in value or "\r" in value:
         return None
     return value
-
-
-ENVELOPE = OwnEnvelope()

@@ -1,42 +1,31 @@
-"""Token formats: the one table of format names, and detection.
+"""Wires: one module per token layout, each a page long and checkable against its specification.
 
-A format is a **wire** (a module here: bytes in, a token string out, under one key, and back;
-it knows nothing of claims, lifetimes or bindings, so each stays a page long and can be checked
-against its specification alone) carrying an **envelope** (a module of
-:mod:`mrtr_state.envelopes`: what the plaintext means and the one path that accepts it). The
-AES-GCM blob wire serves aead and mcp-py alike; our claims travel in aead, jws and jwe.
+A wire turns plaintext into a token string under one key, and back: it takes the key id from
+the token, looks the key up by that id (one dictionary look-up, never a trial of every key; an
+SDK whose tokens carry no id gets its few keys tried, primary first) and takes the algorithm
+from the key, never from the token. It knows nothing of claims, lifetimes or bindings: the
+envelope its format pairs it with (:mod:`mrtr_state.registry`) reads the plaintext. A wire is
+given its format's name and key algorithm by the table; it imports neither the table nor any
+envelope.
 
-Wires take the key id from the token, look the key up by that id (one dictionary look-up, never
-a trial of every key) and take the algorithm from the key, never from the token.
-
-Adding a format is a wire module, an envelope module (or an existing one) and a row in
-:data:`_TABLE`; nothing else in the package branches on format names. Modules are imported on
-first use, so a command pays only for the formats it meets.
+What every wire shares is here: the :class:`Wire` contract, :class:`Anatomy` (what ``inspect``
+reads without a key), and the look-ups a wire builds once per keyset version.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ..errors import MalformedToken, OversizedToken
+from ..errors import KeyRetired, UnknownKey, WrongFormat
 
 if TYPE_CHECKING:
-    from ..envelopes import Envelope
     from ..keyset import Key, Keyset
 
-__all__ = [
-    "FORMAT_NAMES",
-    "OWN_FORMAT_NAMES",
-    "Anatomy",
-    "Format",
-    "Wire",
-    "detect_format",
-    "format_for_alg",
-    "format_of",
-    "get_format",
-    "token_text",
-]
+__all__ = ["Anatomy", "Routes", "Wire", "candidates", "no_keys", "refusal", "usable"]
+
+K = TypeVar("K", bytes, str)
+R = TypeVar("R")
 
 
 class Anatomy:
@@ -77,28 +66,29 @@ class Anatomy:
 
 
 class Wire(Protocol):
-    """The contract every wire module's ``WIRE`` fulfils."""
+    """The contract every wire class fulfils; the table makes one per format, as
+    ``WireClass(format name, key algorithm)``."""
 
     name: str
     alg: str
     confidential: bool
-    #: whether the tag also covers associated data the verifier states (rmcp's wires): then
-    #: ``seal`` and ``open`` take it as a further argument, the bind value's bytes
+    #: whether the tag also covers associated data the verifier states (rmcp's wires)
     associates: bool
 
-    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`).
 
-        ``nonce``: 12 random bytes the caller drew fresh for this token alone (minting draws a
-        token's random bytes in one system call), or None to draw them here. Wires without a
-        nonce ignore it.
+        ``nonce``: 12 random bytes drawn for this token alone (minting draws a token's random
+        bytes in one system call), or empty to draw them here; wires without a nonce ignore it.
+        ``associated``: the bind value's bytes, which the tag also covers when the wire
+        :attr:`associates`; every other wire ignores it (its envelope carries a bind value
+        itself, or refuses one as a binding it does not carry).
         """
         ...
 
-    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        """Authenticate (and decrypt) ``token``; return the key it named and the plaintext, or
-        the specific refusal. The key's algorithm names the format the token turned out to
-        be, where one shape serves two (a ``v1.`` blob of the Python or the Ruby SDK)."""
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
+        """Authenticate (and decrypt) ``token``: the key that opened it and the plaintext, or
+        the specific refusal. ``associated`` as for :meth:`seal`."""
         ...
 
     def anatomy(self, token: str) -> Anatomy:
@@ -106,185 +96,44 @@ class Wire(Protocol):
         ...
 
 
-class Format:
-    """One token format: its wire's ``seal``/``open``/``anatomy`` (the wire's own bound
-    methods, so calling them costs nothing more) and its ``envelope``. ``notes``: what
-    ``inspect`` says of every token of the format."""
+class Routes(Generic[K, R]):
+    """A wire's look-ups for one version of a keyset (built once per version by
+    ``keyset.derived``): ``usable`` maps what a token carries to the route of each key that
+    may verify it; ``by_kid`` holds every key of that version, so that a token whose id has no
+    route is refused for the true reason (:func:`refusal`)."""
 
-    __slots__ = (
-        "alg",
-        "anatomy",
-        "associates",
-        "confidential",
-        "envelope",
-        "name",
-        "notes",
-        "open",
-        "seal",
-        "shares",
-        "wire",
-    )
+    __slots__ = ("by_kid", "usable")
 
-    def __init__(
-        self,
-        name: str,
-        wire: Wire,
-        envelope: Envelope,
-        notes: tuple[str, ...],
-        shares: tuple[str, ...] = (),
-    ) -> None:
-        self.name = name
-        self.wire = wire
-        self.envelope = envelope
-        self.alg = wire.alg
-        self.confidential = wire.confidential
-        self.associates = wire.associates
-        #: the formats whose tokens have this one's shape (detection cannot tell them apart;
-        #: the key that opens a token does)
-        self.shares = shares
-        self.seal = wire.seal
-        self.open = wire.open
-        self.anatomy = wire.anatomy
-        self.notes = notes
-
-    def __repr__(self) -> str:
-        return f"Format({self.name!r}, alg={self.alg!r})"
+    def __init__(self, usable: dict[K, R], keys: Iterable[Key]) -> None:
+        self.usable: dict[K, R] = usable
+        self.by_kid: Mapping[str, Key] = {key.kid: key for key in keys}
 
 
-class _Row:
-    """A row of the format table: the modules, and the token shape detection looks for.
-
-    ``prefix``: the text before a token's first dot, for prefixed formats; ``dots``: how many
-    dots follow it (None: any), or for unprefixed formats how many the token has, with
-    ``start`` its opening characters. ``shares``: the format detection names for this shape,
-    when another has it too (then the keyset tells them apart: see :data:`_TABLE`).
-    """
-
-    __slots__ = ("dots", "envelope", "name", "notes", "own", "prefix", "shares", "start", "wire")
-
-    def __init__(
-        self,
-        name: str,
-        wire: str,
-        envelope: str,
-        *,
-        prefix: str = "",
-        start: str = "",
-        dots: int | None = None,
-        own: bool = False,
-        notes: tuple[str, ...] = (),
-        shares: str = "",
-    ) -> None:
-        self.name, self.wire, self.envelope = name, wire, envelope
-        self.prefix, self.start, self.dots = prefix, start, dots
-        self.own, self.notes, self.shares = own, notes, shares
+def usable(keys: Iterable[Key], alg: str) -> list[Key]:
+    """The keys of ``alg`` that may verify tokens (not retired), in the keyset's order."""
+    return [key for key in keys if key.alg == alg and key.status != "retired"]
 
 
-_READABLE_CLAIMS = (
-    "the payload is readable by anyone holding the token; its sub is a salted keyed tag of the "
-    "principal, never the principal itself"
-)
-_SIGNED_ONLY = ("signed, not encrypted: the client can read the payload",)
-# A ``v1.`` token without a further dot is the Python SDK's or the Ruby SDK's: detection names
-# mcp-py, whose wire routes by the 4-byte key id and, when no mcp-py key has it, tries the
-# keyset's mcp-rb keys (there are few); the key that opens the token names its format.
-_TABLE = (
-    _Row("aead", "aead", "own", prefix="ms1", own=True),
-    _Row("jws", "jws", "own", start="eyJ", dots=2, own=True, notes=(_READABLE_CLAIMS,)),
-    _Row("jwe", "jwe", "own", dots=4, own=True),
-    _Row("mcp-py", "mcp_py", "mcp_py", prefix="v1", dots=0),
-    _Row("mcp-ts", "mcp_ts", "mcp_ts", prefix="v1", dots=1, notes=_SIGNED_ONLY),
-    _Row("mcp-rb", "mcp_rb", "mcp_rb", prefix="v1", dots=0, shares="mcp-py"),
-    _Row("mcp-rs", "mcp_rs", "mcp_rs", prefix="rs1", notes=_SIGNED_ONLY),
-    _Row("mcp-rs2", "mcp_rs2", "mcp_rs", prefix="rs2", notes=_SIGNED_ONLY),
-    _Row("mcp-php", "mcp_php", "mcp_php", start="eyJ", dots=1, notes=_SIGNED_ONLY),
-)
-_ROWS = {row.name: row for row in _TABLE}
-FORMAT_NAMES = tuple(_ROWS)
-#: mrtr-state's own formats, with its claims; the others are the official SDKs' wire formats.
-OWN_FORMAT_NAMES = tuple(row.name for row in _TABLE if row.own)
-# detection: prefix -> {dots after it (None: any): name}; unprefixed: {dots: (start, name)}
-_PREFIXED: dict[str, dict[int | None, str]] = {}
-for _row in _TABLE:
-    if _row.prefix and not _row.shares:
-        _PREFIXED.setdefault(_row.prefix, {})[_row.dots] = _row.name
-_UNPREFIXED = {row.dots: (row.start, row.name) for row in _TABLE if not row.prefix}
-# detected name -> the formats that share its shape
-_SHARED: dict[str, tuple[str, ...]] = {}
-for _row in _TABLE:
-    if _row.shares:
-        _SHARED[_row.shares] = (*_SHARED.get(_row.shares, ()), _row.name)
-        _SHARED[_row.name] = (_row.shares,)
-_LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
-_loaded: dict[str, Format] = {}
+def candidates(keys: Iterable[Key], alg: str, build: Callable[[Key], R]) -> list[R]:
+    """For tokens that carry no key id: each usable key of ``alg`` (primary first, then in the
+    keyset's order), built into what the wire tries it with."""
+    ordered = sorted(usable(keys, alg), key=lambda key: key.status != "primary")
+    return [build(key) for key in ordered]
 
 
-def get_format(name: str) -> Format:
-    """The format called ``name``; its modules are imported on first use."""
-    try:
-        return _loaded[name]
-    except KeyError:
-        pass
-    row = _ROWS.get(name)
-    if row is None:
-        raise ValueError(f"unknown format {name!r}; known: {', '.join(FORMAT_NAMES)}")
-    wire: Wire = importlib.import_module(f"{__name__}.{row.wire}").WIRE
-    envelope: Envelope = importlib.import_module(f"..envelopes.{row.envelope}", __name__).ENVELOPE
-    fmt = _loaded[name] = Format(name, wire, envelope, row.notes, _SHARED.get(name, ()))
-    return fmt
+def refusal(by_kid: Mapping[str, Key], kid: str, alg: str) -> UnknownKey | WrongFormat | KeyRetired:
+    """Why a token naming ``kid`` has no route among the usable keys of ``alg`` in a keyset
+    version whose keys are ``by_kid``: no such key, a key of another algorithm, or a retired
+    one (the only keys of ``alg`` a route table leaves out)."""
+    key = by_kid.get(kid)
+    if key is None:
+        return UnknownKey(f"unknown key id {kid}")
+    if key.alg != alg:
+        return WrongFormat(f"key {kid} is a {key.alg} key ({key.format} format), not {alg}")
+    return KeyRetired(f"key {kid} is retired; its tokens are no longer accepted")
 
 
-def format_for_alg(alg: str) -> Format:
-    """The format a key of algorithm ``alg`` serves."""
-    from ..algorithms import ALGORITHMS
-
-    return get_format(ALGORITHMS[alg].format)
-
-
-def _dots_after(token: str, at: int) -> int:
-    """How many dots ``token`` holds after index ``at``: two ``find`` calls (memchr) settle the
-    usual zero or one, a count the rest."""
-    second = token.find(".", at + 1)
-    if second < 0:
-        return 0
-    if token.find(".", second + 1) < 0:
-        return 1
-    return token.count(".", at + 1)
-
-
-def format_of(token: str) -> Format:
-    """The :class:`Format` a token is written in, from its shape alone (DESIGN section 3)."""
-    at = token.find(".")
-    # prefixes are short: a JOSE header before the first dot is never hashed and looked up
-    by_dots = _PREFIXED.get(token[:at]) if 0 < at <= _LONGEST_PREFIX else None
-    if by_dots is not None:
-        name = by_dots.get(None) or by_dots.get(_dots_after(token, at))
-        if name is not None:
-            return _loaded.get(name) or get_format(name)
-    else:
-        # no prefix: the number of segments, then how the first starts
-        start_name = _UNPREFIXED.get(token.count("."))
-        if start_name is not None and token.startswith(start_name[0]):
-            return _loaded.get(start_name[1]) or get_format(start_name[1])
-    raise MalformedToken("not a requestState token of any known format")
-
-
-def detect_format(token: str) -> str:
-    """The name of the format a token is written in (:func:`format_of`)."""
-    return format_of(token).name
-
-
-def token_text(token: str | bytes, max_size: int) -> str:
-    """Size-check and normalise untrusted token input to ASCII text."""
-    if not isinstance(token, str | bytes):
-        raise TypeError(f"token must be str or bytes, not {type(token).__name__}")
-    if len(token) > max_size:
-        raise OversizedToken(f"token is {len(token)} bytes, over the {max_size}-byte size cap")
-    if isinstance(token, bytes):
-        try:
-            return token.decode("ascii")
-        except UnicodeDecodeError:
-            raise MalformedToken("token holds non-ASCII bytes") from None
-    if not token.isascii():
-        raise MalformedToken("token holds non-ASCII characters")
-    return token
+def no_keys(alg: str, what: str = "") -> UnknownKey:
+    """The refusal of a token of an SDK whose tokens carry no key id when the keyset holds no
+    usable key of ``alg``; it names the remedy (import the SDK's key)."""
+    return UnknownKey(f"the keyset holds no usable {alg} key{what}").needing("import_key", alg=alg)

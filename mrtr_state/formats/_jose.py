@@ -9,15 +9,9 @@ refused before any key is looked up. The header is parsed only to say *why* it w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
+from .._encoding import EncodingError, b64url_decode, b64url_encode, is_kid, json_loads
 from .._printable import printable
 from ..errors import MalformedToken
-from ..keyset import is_kid
-
-if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
 
 TYP = "mrtr-state+jwt"
 # Members that make a JOSE library fetch, embed, derive, inflate or extend; named in refusals.
@@ -27,43 +21,18 @@ DANGEROUS_MEMBERS = frozenset({"jku", "x5u", "jwk", "x5c", "crit", "zip", "p2s",
 class ExactHeader:
     """The one header a format writes: fixed members around the key id, nothing else."""
 
-    __slots__ = ("_prefix", "_suffix", "_table", "alg", "fixed", "what")
+    __slots__ = ("_prefix", "_suffix", "fixed", "what")
 
-    def __init__(self, what: str, fixed: tuple[tuple[str, str], ...], alg: str) -> None:
+    def __init__(self, what: str, fixed: tuple[tuple[str, str], ...]) -> None:
         self.what = what  # "jws" or "jwe"
         self.fixed = fixed  # members before kid, in order, e.g. (("alg", "HS256"),)
-        self.alg = alg  # the key algorithm whose keys this header names
         members = "".join(f'"{name}":"{value}",' for name, value in fixed)
         self._prefix = ("{" + members + '"kid":"').encode("ascii")
         self._suffix = f'","typ":"{TYP}"}}'.encode("ascii")
-        self._table = f"{what}-headers"
 
     def encode(self, kid: str) -> str:
         """The base64url header segment for ``kid``."""
         return b64url_encode(self._prefix + kid.encode("ascii") + self._suffix)
-
-    def _by_header(self, keys: tuple[Key, ...]) -> dict[str, Key]:
-        """Each usable key's exact header segment -> the key (built once per keyset version)."""
-        return {
-            self.encode(key.kid): key
-            for key in keys
-            if key.alg == self.alg and key.status != "retired"
-        }
-
-    def usable_key(self, keyset: Keyset, segment: str) -> Key | None:
-        """The usable key whose exact header is ``segment``, or None: one dictionary look-up."""
-        return keyset.derived(self._table, self._by_header).get(segment)
-
-    def key_for(self, keyset: Keyset, segment: str) -> Key:
-        """The key whose exact header is ``segment``, or the precise refusal.
-
-        Anything but a usable key's exact header (a foreign header, an unknown or retired key)
-        takes the slow path, which names the reason.
-        """
-        key = self.usable_key(keyset, segment)
-        if key is None:
-            return keyset.verifying_key(self.kid_of(segment), self.alg)
-        return key
 
     def kid_of(self, segment: str) -> str:
         """The key id of an exact header segment; any other header is refused with its reason."""

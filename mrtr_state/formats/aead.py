@@ -10,9 +10,17 @@ collisions out of reach, and rotation keeps keys far from it.
 
 from __future__ import annotations
 
+from .._primitives import AESGCM
 from ._gcm_blob import GcmBlobWire
-from ._primitives import AESGCM
 
-PREFIX = "ms1."
+__all__ = ["AeadWire"]
 
-WIRE = GcmBlobWire("aead", "A256GCM", PREFIX, AESGCM)
+
+class AeadWire(GcmBlobWire):
+    """The key's 32 random bytes are the AES-256 key."""
+
+    prefix = "ms1."
+
+    @staticmethod
+    def cipher(secret: bytes) -> AESGCM:
+        return AESGCM(secret)

@@ -15,19 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
 from .._entropy import random_bytes
+from .._primitives import AESGCM, TAG_MISMATCH, InvalidTag
 from ..errors import BadSignature, MalformedToken, WrongFormat
-from . import Anatomy, detect_format
+from . import Anatomy, Routes, refusal, usable
 from ._jose import DANGEROUS_MEMBERS, ExactHeader, decode_segment, split_compact
-from ._primitives import AESGCM, TAG_MISMATCH, InvalidTag
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-HEADER = ExactHeader("jwe", (("alg", "dir"), ("enc", "A256GCM")), "dir+A256GCM")
+__all__ = ["JweWire", "decrypt_compact"]
+
+HEADER = ExactHeader("jwe", (("alg", "dir"), ("enc", "A256GCM")))
 _KEY_BYTES = {"A128GCM": 16, "A192GCM": 24, "A256GCM": 32}
 _TAG = 16
-_ROUTES = "jwe-routes"
-_SEALER = "jwe-sealer"
+#: (key, its cipher, the associated data of its tokens: the header segment's ASCII)
+Route = tuple["Key", AESGCM, bytes]
 
 
 def _decrypt(cipher: AESGCM, associated: bytes, iv: str, ciphertext: str, tag: str) -> bytes:
@@ -53,27 +55,28 @@ def _decrypt(cipher: AESGCM, associated: bytes, iv: str, ciphertext: str, tag: s
 
 
 class JweWire:
-    name = "jwe"
-    alg = "dir+A256GCM"
     confidential = True
     associates = False
 
-    def __init__(self) -> None:
-        self._build_routes = self._routes  # one bound method, not one per verification
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._routes_name = f"{name}-routes"
+        self._sealer_name = f"{name}-sealer"
+        # bound once, not once per call
+        self._build_routes = self._routes
+        self._build_sealer = self._sealer
 
     def _sealer(self, key: Key) -> tuple[str, AESGCM, bytes]:
         """(header segment, cipher, associated data) of ``key``, built once per key."""
         header = HEADER.encode(key.kid)
         return header, key.prepared(self.alg, AESGCM), header.encode("ascii")
 
-    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
-        sealer = key._prepared.get(_SEALER)
-        if sealer is None:
-            sealer = key._prepared[_SEALER] = self._sealer(key)
-        header, cipher, associated = sealer
-        if nonce is None:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
+        header, cipher, associated_data = key.derived(self._sealer_name, self._build_sealer)
+        if not nonce:
             nonce = random_bytes(12)
-        sealed = cipher.encrypt(nonce, plaintext, associated)
+        sealed = cipher.encrypt(nonce, plaintext, associated_data)
         return (
             f"{header}..{b64url_encode(nonce)}.{b64url_encode(sealed[:-_TAG])}."
             f"{b64url_encode(sealed[-_TAG:])}"
@@ -81,35 +84,35 @@ class JweWire:
 
     def _split(self, token: str) -> list[str]:
         if token.count(".") != 4:
-            raise WrongFormat(f"not a jwe token (it looks like {detect_format(token)})")
+            raise WrongFormat("not a jwe token (five segments, the first a JOSE header)")
         segments = split_compact(token, 5, "jwe")
         if segments[1]:
             HEADER.kid_of(segments[0])  # a foreign header is the better reason, if there is one
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
         return segments
 
-    def _routes(self, keys: tuple[Key, ...]) -> dict[str, tuple[Key, AESGCM, bytes]]:
+    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, Route]:
         """Each usable key's exact header segment -> the key, its cipher and the associated data
         (the segment's ASCII, RFC 7516 section 5.1)."""
-        return {
-            segment: (key, key.prepared(self.alg, AESGCM), segment.encode("ascii"))
-            for segment, key in HEADER._by_header(keys).items()
-        }
+        routes: dict[str, Route] = {}
+        for key in usable(keys, self.alg):
+            segment = HEADER.encode(key.kid)
+            routes[segment] = (key, key.prepared(self.alg, AESGCM), segment.encode("ascii"))
+        return Routes(routes, keys)
 
-    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
-        try:
-            header, encrypted_key, iv, ciphertext, tag = token.split(".")
-        except ValueError:
-            self._split(token)  # names what is wrong with the structure
-            raise WrongFormat("not a jwe token") from None  # fail closed
-        route = keyset.derived(_ROUTES, self._build_routes).get(header)
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
+        segments = token.split(".")
+        if len(segments) != 5:
+            raise WrongFormat("not a jwe token (five segments, the first a JOSE header)")
+        header, encrypted_key, iv, ciphertext, tag = segments
+        routes = keyset.derived(self._routes_name, self._build_routes)
+        route = routes.usable.get(header)
         if route is None:  # a foreign header, an unknown or retired key: the precise refusal
-            HEADER.key_for(keyset, header)
-            raise AssertionError("unreachable: key_for refuses what has no route")
+            raise refusal(routes.by_kid, HEADER.kid_of(header), self.alg)
         if encrypted_key:
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
-        key, cipher, associated = route
-        return key, _decrypt(cipher, associated, iv, ciphertext, tag)
+        key, cipher, associated_data = route
+        return key, _decrypt(cipher, associated_data, iv, ciphertext, tag)
 
     def anatomy(self, token: str) -> Anatomy:
         header, _key, iv, ciphertext, tag = self._split(token)
@@ -146,7 +149,7 @@ def decrypt_compact(
     """Decrypt any ``dir`` JWE whose ``enc`` is in ``allowed_enc``, with a raw key.
 
     For checking the decoding path against published vectors (RFC 7520 uses a foreign kid and
-    A128GCM). Tokens of our format go through :class:`JweFormat`, which accepts only its exact
+    A128GCM). Tokens of our format go through :class:`JweWire`, which accepts only its exact
     header. The header here is still parsed strictly and anything dangerous is refused before
     the key is used.
     """
@@ -171,6 +174,3 @@ def decrypt_compact(
     if len(secret) != _KEY_BYTES[enc]:
         raise ValueError(f"{enc} needs a {_KEY_BYTES[enc]}-byte key")
     return document, _decrypt(AESGCM(secret), header.encode("ascii"), iv, ciphertext, tag)
-
-
-WIRE = JweWire()

@@ -12,37 +12,39 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._encoding import b64url_encode, compare_digest
+from .._primitives import Keyed, hmac_key
 from ..errors import BadSignature, MalformedToken, WrongFormat
-from . import Anatomy, detect_format
+from . import Anatomy, Routes, refusal, usable
 from ._jose import ExactHeader, decode_segment, split_compact
-from ._primitives import Keyed, hmac_key
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-HEADER = ExactHeader("jws", (("alg", "HS256"),), "HS256")
-_SIGNER = "jws-signer"
-_ROUTES = "jws-routes"
+__all__ = ["JwsWire"]
+
+HEADER = ExactHeader("jws", (("alg", "HS256"),))
+_STRUCTURE = "not a jws token (three segments, the first a JOSE header)"
 
 
 class JwsWire:
-    name = "jws"
-    alg = "HS256"
     confidential = False
     associates = False
 
-    def __init__(self) -> None:
-        self._build_routes = self._routes  # one bound method, not one per verification
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._routes_name = f"{name}-routes"
+        self._signer_name = f"{name}-signer"
+        # bound once, not once per call
+        self._build_routes = self._routes
+        self._build_signer = self._signer
 
     def _signer(self, key: Key) -> tuple[str, Keyed]:
         """(header segment and its dot, keyed HMAC state) of ``key``, built once per key."""
         return HEADER.encode(key.kid) + ".", key.prepared(self.alg, hmac_key)
 
-    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
-        signer = key._prepared.get(_SIGNER)
-        if signer is None:
-            signer = key._prepared[_SIGNER] = self._signer(key)
-        header, keyed = signer
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
+        header, keyed = key.derived(self._signer_name, self._build_signer)
         signing_input = header + b64url_encode(plaintext)
         state = keyed.copy()
         state.update(signing_input.encode("ascii"))
@@ -50,26 +52,28 @@ class JwsWire:
 
     def _split(self, token: str) -> list[str]:
         if not (token.startswith("eyJ") and token.count(".") == 2):
-            raise WrongFormat(f"not a jws token (it looks like {detect_format(token)})")
+            raise WrongFormat(_STRUCTURE)
         return split_compact(token, 3, "jws")
 
-    def _routes(self, keys: tuple[Key, ...]) -> dict[str, tuple[Key, Keyed]]:
+    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, tuple[Key, Keyed]]:
         """Each usable key's exact header segment -> the key and its keyed HMAC state."""
-        return {
-            segment: (key, key.prepared(self.alg, hmac_key))
-            for segment, key in HEADER._by_header(keys).items()
-        }
+        return Routes(
+            {
+                HEADER.encode(key.kid): (key, key.prepared(self.alg, hmac_key))
+                for key in usable(keys, self.alg)
+            },
+            keys,
+        )
 
-    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         signing_input, _dot, signature = token.rpartition(".")
         header, dot, payload = signing_input.partition(".")
         if not (dot and "." not in payload and header.startswith("eyJ")):
-            self._split(token)  # names what is wrong with the structure
-            raise WrongFormat("not a jws token")  # fail closed
-        route = keyset.derived(_ROUTES, self._build_routes).get(header)
+            raise WrongFormat(_STRUCTURE)
+        routes = keyset.derived(self._routes_name, self._build_routes)
+        route = routes.usable.get(header)
         if route is None:  # a foreign header, an unknown or retired key: the precise refusal
-            HEADER.key_for(keyset, header)
-            raise AssertionError("unreachable: key_for refuses what has no route")
+            raise refusal(routes.by_kid, HEADER.kid_of(header), self.alg)
         key, keyed = route
         mac = decode_segment(signature, "jws signature")
         if len(mac) != 32:
@@ -104,6 +108,3 @@ class JwsWire:
             header={"alg": "HS256", "kid": kid, "typ": "mrtr-state+jwt"},
             readable=readable,
         )
-
-
-WIRE = JwsWire()

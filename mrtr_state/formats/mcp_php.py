@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest
-from ..errors import BadSignature, MalformedToken, UnknownKey
-from . import Anatomy
-from ._primitives import Keyed, hmac_key
+from .._primitives import Keyed, hmac_key
+from ..errors import BadSignature, MalformedToken
+from . import Anatomy, candidates, no_keys
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-__all__ = ["WIRE"]
+__all__ = ["PhpWire"]
 
 
 def _decode(segment: str, what: str) -> bytes:
@@ -32,22 +32,22 @@ def _decode(segment: str, what: str) -> bytes:
 
 
 class PhpWire:
-    name = "mcp-php"
-    alg = "mcp-php-v1"
     confidential = False
     associates = False
 
-    def __init__(self) -> None:
-        self._build_candidates = self._candidates
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._candidates_name = f"{name}-candidates"
+        self._build_candidates = self._candidates  # bound once, not once per call
+
+    def _keyed(self, key: Key) -> tuple[Key, Keyed]:
+        return key, key.prepared(self.alg, hmac_key)
 
     def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
-        usable = sorted(
-            (k for k in keys if k.alg == self.alg and k.can_verify),
-            key=lambda k: k.status != "primary",
-        )
-        return [(key, key.prepared(self.alg, hmac_key)) for key in usable]
+        return candidates(keys, self.alg, self._keyed)
 
-    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         body = b64url_encode(plaintext)
         state = key.prepared(self.alg, hmac_key).copy()
         state.update(body.encode("ascii"))
@@ -57,43 +57,37 @@ class PhpWire:
         sections = token.split(".")
         if len(sections) != 2:
             raise MalformedToken(
-                f"not an mcp-php token: BODY.MAC has 2 sections, this has {len(sections)}"
+                f"not an {self.name} token: BODY.MAC has 2 sections, this has {len(sections)}"
             )
         return sections[0], sections[1]
 
-    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         body, mac_text = self._split(token)
-        mac = _decode(mac_text, "mcp-php MAC")
-        candidates = keyset.derived("mcp-php-candidates", self._build_candidates)
-        if not candidates:
-            raise UnknownKey(
-                "the keyset holds no mcp-php-v1 key; import the server's key with: "
-                "mrtr-state keys import --alg mcp-php-v1 --secret-file FILE"
-            )
+        mac = _decode(mac_text, f"{self.name} MAC")
+        tried = keyset.derived(self._candidates_name, self._build_candidates)
+        if not tried:
+            raise no_keys(self.alg)
         signed = body.encode("ascii")
-        for key, keyed in candidates:
+        for key, keyed in tried:
             state = keyed.copy()
             state.update(signed)
             if compare_digest(state.finalize(), mac):
-                return key, _decode(body, "mcp-php body")
+                return key, _decode(body, f"{self.name} body")
         raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
-        readable = _decode(body, "mcp-php body")
-        _decode(mac, "mcp-php MAC")
+        readable = _decode(body, f"{self.name} body")
+        _decode(mac, f"{self.name} MAC")
         return Anatomy(
             format=self.name,
             kid="",
             segments=(("body", body), (".", "."), ("MAC", mac)),
             fields=(
-                ("key id", "none (mcp-php tokens carry no key id)"),
+                ("key id", f"none ({self.name} tokens carry no key id)"),
                 ("body", f"{len(readable)} bytes, readable by anyone"),
                 ("MAC", "HMAC-SHA256 of the body text under the raw SDK key"),
             ),
             confidential=False,
             readable=readable,
         )
-
-
-WIRE = PhpWire()

@@ -3,29 +3,28 @@
     v1. + b64url( kid (4) | nonce (12) | AES-256-GCM ciphertext and tag )
 
 The AES key is HKDF-SHA256(operator secret, no salt, info ``mcp/request-state/v1/aes-256-gcm``);
-the kid is SHA-256(``mcp/request-state/v1/kid:`` ‖ AES key)[:4]; the associated data is ``v1.`` ‖
-kid: the layout of ``aead`` under another prefix and key derivation. This module only seals and
-opens; the SDK's claims envelope lives in :mod:`mrtr_state.envelopes.mcp_py`.
+the kid is SHA-256(``mcp/request-state/v1/kid:`` ‖ AES key)[:4] (both in
+:mod:`mrtr_state.key_derivation`); the associated data is ``v1.`` ‖ kid: the layout of ``aead``
+under another prefix and key derivation. This module only seals and opens; the SDK's claims
+envelope lives in :mod:`mrtr_state.envelopes.mcp_py`. The Ruby SDK's tokens have this shape
+too (:mod:`.mcp_rb`); the key that opens a token names which it is.
 """
 
 from __future__ import annotations
 
-from ..algorithms import mcp_py_aes_key
+from .._primitives import AESGCM
+from ..key_derivation import mcp_py_aes_key
 from ._gcm_blob import GcmBlobWire
-from ._primitives import AESGCM
 
-PREFIX = "v1."
-
-
-def _cipher(secret: bytes) -> AESGCM:
-    return AESGCM(mcp_py_aes_key(secret))
+__all__ = ["McpPyWire"]
 
 
-WIRE = GcmBlobWire(
-    "mcp-py",
-    "mcp-py-v1",
-    PREFIX,
-    _cipher,
-    key_note=" (derived from the SDK secret)",
-    shared_with="mcp_rb",
-)
+class McpPyWire(GcmBlobWire):
+    """The AES key is derived from the operator's secret, as the SDK derives it."""
+
+    prefix = "v1."
+    key_note = " (derived from the SDK secret)"
+
+    @staticmethod
+    def cipher(secret: bytes) -> AESGCM:
+        return AESGCM(mcp_py_aes_key(secret))

@@ -28,15 +28,15 @@ from .._encoding import (
     json_bytes,
     json_loads,
 )
-from ..algorithms import derived_kid
+from .._primitives import Keyed, hmac_key
 from ..errors import BadSignature, KeyRetired, MalformedToken, UnknownKey
-from . import Anatomy
-from ._primitives import Keyed, hmac_key
+from ..key_derivation import mcp_rs2_kid
+from . import Anatomy, Routes, candidates, no_keys, usable
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
 
-__all__ = ["WIRE", "RmcpWire", "mac_input"]
+__all__ = ["RmcpWire", "mac_input"]
 
 _MAC_BYTES = 32
 # rmcp refuses a key id segment longer than 340 characters (255 bytes, base64url) before
@@ -63,48 +63,52 @@ def _decode(segment: str, what: str) -> bytes:
 
 
 class RmcpWire:
-    """rmcp's HMAC wire, ``rs1`` or (with key ids) ``rs2``; see the module docstring."""
+    """rmcp's HMAC wire, ``rs1`` (this class) or, with key ids, ``rs2`` (:mod:`.mcp_rs2`);
+    see the module docstring."""
 
     confidential = False
     #: the tag covers associated data the verifier states (the facade passes the bind value)
     associates = True
+    version = "rs1"
 
-    def __init__(self, name: str, alg: str, version: str) -> None:
+    def __init__(self, name: str, alg: str) -> None:
         self.name = name
         self.alg = alg
-        self._keyring = version == "rs2"
-        self._prefix = version + "."
+        self._keyring = self.version == "rs2"
+        self._prefix = self.version + "."
         self._sections = 4 if self._keyring else 3
         self._domain = f"rmcp/mrtr/request-state/{'v2' if self._keyring else 'v1'}".encode()
         self._layout = (
             "rs2.KID.BODY.TAG (rmcp's keyring)" if self._keyring else "rs1.BODY.TAG (rmcp)"
         )
+        self._routes_name = f"{name}-routes"
+        self._candidates_name = f"{name}-candidates"
+        # bound once, not once per call
         self._build_routes = self._routes
         self._build_candidates = self._candidates
 
     # --- keys ------------------------------------------------------------------------------
 
-    def _routes(self, keys: tuple[Key, ...]) -> dict[str, tuple[Key, Keyed]]:
-        """rs2: each usable key's rmcp key id -> the key and its keyed HMAC state."""
-        return {
-            key.sdk_kid: (key, key.prepared(self.alg, hmac_key))
-            for key in keys
-            if key.alg == self.alg and key.can_verify and key.sdk_kid is not None
-        }
+    def _keyed(self, key: Key) -> tuple[Key, Keyed]:
+        return key, key.prepared(self.alg, hmac_key)
+
+    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, tuple[Key, Keyed]]:
+        """rs2: each usable key's rmcp key id -> the key and its keyed HMAC state; and every
+        key of the algorithm by its rmcp key id, retired ones too (to refuse those by name)."""
+        of_alg = [key for key in keys if key.alg == self.alg and key.sdk_kid is not None]
+        routes: dict[str, tuple[Key, Keyed]] = {}
+        for key in usable(of_alg, self.alg):
+            assert key.sdk_kid is not None  # (of_alg holds none without one)
+            routes[key.sdk_kid] = self._keyed(key)
+        return Routes(routes, of_alg)
 
     def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
         """rs1: the usable keys, primary first (the tokens carry no key id)."""
-        usable = sorted(
-            (k for k in keys if k.alg == self.alg and k.can_verify),
-            key=lambda k: k.status != "primary",
-        )
-        return [(key, key.prepared(self.alg, hmac_key)) for key in usable]
+        return candidates(keys, self.alg, self._keyed)
 
     # --- seal and open ---------------------------------------------------------------------
 
-    def seal(
-        self, key: Key, plaintext: bytes, nonce: bytes | None = None, associated: bytes = b""
-    ) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         keyed = key.prepared(self.alg, hmac_key).copy()
         body = b64url_encode(plaintext)
         if self._keyring:
@@ -129,44 +133,45 @@ class RmcpWire:
     def _kid(self, segment: str) -> str:
         """rs2: the key id a token names: 1-255 bytes of UTF-8, else refused before any key."""
         if len(segment) > _KID_SEGMENT_MAX:
-            raise MalformedToken("mcp-rs2 key id is longer than 255 bytes")
-        raw = _decode(segment, "mcp-rs2 key id")
+            raise MalformedToken(f"{self.name} key id is longer than 255 bytes")
+        raw = _decode(segment, f"{self.name} key id")
         try:
             kid = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise MalformedToken("mcp-rs2 key id is not UTF-8") from None
+            raise MalformedToken(f"{self.name} key id is not UTF-8") from None
         if not raw or len(raw) > 255:
-            raise MalformedToken(f"mcp-rs2 key id must be 1-255 bytes, this one is {len(raw)}")
+            raise MalformedToken(f"{self.name} key id must be 1-255 bytes, this one is {len(raw)}")
         return kid
+
+    def _keyring_key(self, keyset: Keyset, kid: str) -> tuple[Key, Keyed]:
+        """rs2: the usable key under rmcp key id ``kid``, or the refusal naming why not."""
+        routes = keyset.derived(self._routes_name, self._build_routes)
+        route = routes.usable.get(kid)
+        if route is not None:
+            return route
+        named = next((key for key in routes.by_kid.values() if key.sdk_kid == kid), None)
+        if named is None:
+            raise UnknownKey(f"no usable {self.alg} key has the rmcp key id {kid!r}").needing(
+                "import_key", alg=self.alg, sdk_kid="needed"
+            )
+        raise KeyRetired(f"key {named.kid} (rmcp key id {kid!r}) is retired")
 
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         sections = self._split(token)
         if self._keyring:
             kid = self._kid(sections[1])
-            body = _decode(sections[2], "mcp-rs2 body")
-            tag = _decode(sections[3], "mcp-rs2 tag")
-            route = keyset.derived(f"{self.name}-routes", self._build_routes).get(kid)
-            if route is None:
-                named = keyset.get(derived_kid(self.alg, b"", kid) or "")
-                if named is not None and named.alg == self.alg:  # known, but no longer usable
-                    raise KeyRetired(f"key {named.kid} (rmcp key id {kid!r}) is retired")
-                raise UnknownKey(
-                    f"no usable mcp-rs-v2 key has the rmcp key id {kid!r}; import it with: "
-                    "mrtr-state keys import --alg mcp-rs-v2 --kid KID --secret-file FILE"
-                )
-            candidates = [route]
+            body = _decode(sections[2], f"{self.name} body")
+            tag = _decode(sections[3], f"{self.name} tag")
+            tried = [self._keyring_key(keyset, kid)]
             signed = mac_input(self._domain, associated, body, kid.encode("utf-8"))
         else:
-            body = _decode(sections[1], "mcp-rs body")
-            tag = _decode(sections[2], "mcp-rs tag")
-            candidates = keyset.derived(f"{self.name}-candidates", self._build_candidates)
-            if not candidates:
-                raise UnknownKey(
-                    "the keyset holds no mcp-rs-v1 key; import the server's key with: "
-                    "mrtr-state keys import --alg mcp-rs-v1 --secret-file FILE"
-                )
+            body = _decode(sections[1], f"{self.name} body")
+            tag = _decode(sections[2], f"{self.name} tag")
+            tried = keyset.derived(self._candidates_name, self._build_candidates)
+            if not tried:
+                raise no_keys(self.alg)
             signed = mac_input(self._domain, associated, body)
-        for key, keyed in candidates:
+        for key, keyed in tried:
             state = keyed.copy()
             state.update(signed)
             # a tag of another length never matches (rmcp: an integrity failure, as here)
@@ -174,7 +179,7 @@ class RmcpWire:
                 return key, body
         raise BadSignature(
             "signature mismatch: tampered, forged, another key, or other associated data "
-            "(state the server's binding with --bind)"
+            "(the server's binding, stated as the bind value)"
         )
 
     def anatomy(self, token: str) -> Anatomy:
@@ -195,7 +200,7 @@ class RmcpWire:
         segments += (("body", sections[-2]), (".", "."), ("tag", sections[-1]))
         return Anatomy(
             format=self.name,
-            kid="" if not kid else derived_kid(self.alg, b"", kid) or "",
+            kid=mcp_rs2_kid(b"", kid) if kid else "",
             segments=segments,
             fields=fields,
             confidential=False,
@@ -219,6 +224,3 @@ def _expiry_text(expiry: int | None) -> str:
     if expiry == 0:
         return "0: never expires"
     return f"{expiry} ms after the epoch"
-
-
-WIRE = RmcpWire("mcp-rs", "mcp-rs-v1", "rs1")

@@ -1,4 +1,4 @@
-"""``mcp-rs2``: rmcp's keyring tokens (PR #1128, not yet released).
+"""``mcp-rs2``: rmcp's keyring tokens (PR #1128, released in rmcp 3.2.0).
 
     rs2. + b64url(kid) + . + b64url(body) + . + b64url(HMAC-SHA256(key, DOMAIN ‖ u64be(len kid)
     ‖ kid ‖ u64be(len ad) ‖ ad ‖ body))
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from .mcp_rs import RmcpWire
 
-__all__ = ["WIRE"]
+__all__ = ["KeyringWire"]
 
-WIRE = RmcpWire("mcp-rs2", "mcp-rs-v2", "rs2")
+
+class KeyringWire(RmcpWire):
+    version = "rs2"

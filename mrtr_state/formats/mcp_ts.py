@@ -12,73 +12,74 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._encoding import b64url_encode, compare_digest
-from ..errors import BadSignature, MalformedToken, UnknownKey, WrongFormat
-from . import Anatomy
+from .._primitives import Keyed, hmac_key, hmac_sha256
+from ..errors import BadSignature, MalformedToken, WrongFormat
+from . import Anatomy, candidates, no_keys
 from ._jose import decode_segment, split_compact
-from ._primitives import Keyed, hmac_key, hmac_sha256
 
 if TYPE_CHECKING:
     from ..keyset import Key, Keyset
+
+__all__ = ["McpTsWire"]
 
 PREFIX = "v1."
 
 
 class McpTsWire:
-    name = "mcp-ts"
-    alg = "mcp-ts-v1"
     confidential = False
     associates = False
 
-    def __init__(self) -> None:
-        self._build_candidates = self._candidates  # one bound method, not one per verification
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._candidates_name = f"{name}-candidates"
+        self._build_candidates = self._candidates  # bound once, not once per call
+        self._layout = f"not an {name} token (v1.BODY.MAC)"
 
-    def seal(self, key: Key, plaintext: bytes, nonce: bytes | None = None) -> str:
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         signed = PREFIX + b64url_encode(plaintext)
         mac = hmac_sha256(key.prepared(self.alg, hmac_key), signed.encode("ascii"))
         return signed + "." + b64url_encode(mac)
 
     def _split(self, token: str) -> tuple[str, str]:
         if not token.startswith(PREFIX) or token.count(".") != 2:
-            raise WrongFormat("not an mcp-ts token (v1.BODY.MAC)")
-        _prefix, body, mac = split_compact(token, 3, "mcp-ts")
+            raise WrongFormat(self._layout)
+        _prefix, body, mac = split_compact(token, 3, self.name)
         return body, mac
 
-    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
-        """The usable mcp-ts keys with their keyed HMAC states, primary first (tokens carry no
-        key id: see DESIGN)."""
-        usable = [k for k in keys if k.alg == self.alg and k.can_verify]
-        ordered = sorted(usable, key=lambda k: k.status != "primary")
-        return [(key, key.prepared(self.alg, hmac_key)) for key in ordered]
+    def _keyed(self, key: Key) -> tuple[Key, Keyed]:
+        return key, key.prepared(self.alg, hmac_key)
 
-    def open(self, keyset: Keyset, token: str) -> tuple[Key, bytes]:
+    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
+        """The usable keys with their keyed HMAC states, primary first (tokens carry no key
+        id: see DESIGN)."""
+        return candidates(keys, self.alg, self._keyed)
+
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         signed, _dot, mac_text = token.rpartition(".")
         if not (signed.startswith(PREFIX) and "." not in signed[len(PREFIX) :]):
-            self._split(token)  # names what is wrong with the structure
-            raise WrongFormat("not an mcp-ts token (v1.BODY.MAC)")  # fail closed
-        mac = decode_segment(mac_text, "mcp-ts MAC")
+            raise WrongFormat(self._layout)
+        mac = decode_segment(mac_text, f"{self.name} MAC")
         if len(mac) != 32:
-            raise MalformedToken(f"mcp-ts MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
-        candidates = keyset.derived("mcp-ts-candidates", self._build_candidates)
-        if not candidates:
-            raise UnknownKey(
-                "the keyset holds no mcp-ts-v1 key; import the SDK secret with: "
-                "mrtr-state keys import --alg mcp-ts-v1 --secret-file FILE"
-            )
-        key = _signer(candidates, signed.encode("ascii"), mac)
+            raise MalformedToken(f"{self.name} MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
+        tried = keyset.derived(self._candidates_name, self._build_candidates)
+        if not tried:
+            raise no_keys(self.alg)
+        key = _signer(tried, signed.encode("ascii"), mac)
         if key is None:
             raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
-        return key, decode_segment(signed[len(PREFIX) :], "mcp-ts body")
+        return key, decode_segment(signed[len(PREFIX) :], f"{self.name} body")
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
-        readable = decode_segment(body, "mcp-ts body")
-        decode_segment(mac, "mcp-ts MAC")
+        readable = decode_segment(body, f"{self.name} body")
+        decode_segment(mac, f"{self.name} MAC")
         return Anatomy(
             format=self.name,
             kid="",
             segments=(("prefix", PREFIX), ("body", body), (".", "."), ("MAC", mac)),
             fields=(
-                ("key id", "none (mcp-ts tokens carry no key id)"),
+                ("key id", f"none ({self.name} tokens carry no key id)"),
                 ("body", f"{len(readable)} bytes, readable by anyone"),
                 ("MAC", "HMAC-SHA256 under the raw SDK secret"),
             ),
@@ -95,6 +96,3 @@ def _signer(candidates: list[tuple[Key, Keyed]], signed: bytes, mac: bytes) -> K
         if compare_digest(state.finalize(), mac):
             return key
     return None
-
-
-WIRE = McpTsWire()

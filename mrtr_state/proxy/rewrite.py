@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import b64url_decode, encode_wire
+from .._encoding import encode_wire
 from ..errors import InvalidClaims, InvalidToken, MalformedToken
 from ..keyset import Keyset
-from ..mcp import INPUT_REQUIRED_METHODS, open_retry, request_target, wire_error
+from ..mcp import INPUT_REQUIRED_METHODS, request_target, verify_retry, wire_error
 from ..policy import DEFAULT_POLICY, Policy
 from ..replay import ReplayStore
 from ..tokens import issue
@@ -199,7 +199,7 @@ class StateGuard:
             if method not in INPUT_REQUIRED_METHODS:
                 raise MalformedToken(f"{method} cannot carry a requestState")
             # the retry's own method, target and arguments: never taken from the token
-            state = open_retry(
+            claims = verify_retry(
                 self.keyset,
                 method=method,
                 params=params,
@@ -210,13 +210,13 @@ class StateGuard:
                 policy=self.policy,
                 now=self.clock(),
             )
+            state = claims.state
             if type(state) is not str:
                 raise InvalidClaims("the sealed state is not the server's string")
         except InvalidToken as err:
             self.report("refused", started, err.code, reason=str(err), method=method)
             return None, {"jsonrpc": "2.0", "id": message.get("id"), "error": wire_error(err)}
-        kid = _kid_of(params["requestState"])
-        self.report("verified", started, "ok", kid=kid, method=method)
+        self.report("verified", started, "ok", kid=claims.kid, method=method)
         return {**message, "params": {**params, "requestState": state}}, None
 
 
@@ -237,11 +237,6 @@ def _unsealable(result: Any, odd: str | None, method: Any) -> tuple[str, str] | 
     if method not in INPUT_REQUIRED_METHODS:
         return "no_matching_request", "no matching request"
     return None
-
-
-def _kid_of(token: str) -> str:
-    """The key id of an aead token that verified: its first 4 bytes, from 8 base64 digits."""
-    return b64url_decode(token[4:12])[:4].hex()
 
 
 class Exchange:

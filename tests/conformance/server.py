@@ -229,7 +229,7 @@ def build(codec: Any) -> MCPServer:
 if __name__ == "__main__":
     port, mode = int(sys.argv[1]), sys.argv[2]
     if mode == "keyset":
-        from mrtr_state.mcp import KeysetCodec
+        from mrtr_state.sdk_codec import KeysetCodec
 
         codec: Any = KeysetCodec(sys.argv[3])
     else:

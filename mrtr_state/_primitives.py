@@ -13,8 +13,8 @@ from typing import Protocol
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .._encoding import compare_digest
-from ..errors import BadSignature
+from ._encoding import compare_digest
+from .errors import BadSignature
 
 __all__ = [
     "AESGCM",

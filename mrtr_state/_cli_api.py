@@ -1,0 +1,166 @@
+"""The command line's one door into the library beyond its public API (``mrtr_state``).
+
+``mrtr_state.cli`` imports ``mrtr_state`` (the public API) and this module, nothing else of the
+package: everything an operator's commands need that a library user does not (reading settings
+and secrets, key lifecycle steps, the strict reader for what is typed, the proxy's parts) is
+named here once, so the boundary is one list to read and change. docs/development.md says so.
+
+Each name is imported from its module on first use (PEP 562), as in ``mrtr_state``: a command
+loads what it runs, and ``mrtr-state --help`` loads none of it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._encoding import EncodingError, json_dumps, json_loads
+    from ._printable import printable, terminal_json
+    from .audit import FINDING_KINDS, audit_capture
+    from .binding import binding_of
+    from .config import KEYSET_JSON_ENV, Settings, load_settings
+    from .durations import format_duration, parse_duration
+    from .kek import Kek, kek_from_uri
+    from .keyfile import (
+        check_writable,
+        decode_secret,
+        encode_secret,
+        read_secret,
+        write_secret_file,
+    )
+    from .keyset_store import listed_without_kek
+    from .lifecycle import (
+        Change,
+        check_period,
+        check_retention,
+        due_list,
+        promote,
+        prune,
+        retire,
+        rotate,
+        timeline,
+    )
+    from .proxy import server as proxy_server
+    from .proxy.app import ProxyApp
+    from .proxy.metrics import ProxyMetrics
+    from .proxy.rewrite import StateGuard
+    from .registry import (
+        FORMAT_NAMES,
+        KEY_ALGORITHMS,
+        OWN_ALGORITHMS,
+        SDK_SECRET_BYTES,
+        key_algorithm_of,
+        sdk_kid_problem,
+        secret_length_ok,
+        secret_rule,
+    )
+
+__all__ = [
+    "FINDING_KINDS",
+    "FORMAT_NAMES",
+    "KEYSET_JSON_ENV",
+    "KEY_ALGORITHMS",
+    "OWN_ALGORITHMS",
+    "SDK_SECRET_BYTES",
+    "Change",
+    "EncodingError",
+    "Kek",
+    "ProxyApp",
+    "ProxyMetrics",
+    "Settings",
+    "StateGuard",
+    "audit_capture",
+    "binding_of",
+    "check_period",
+    "check_retention",
+    "check_writable",
+    "decode_secret",
+    "due_list",
+    "encode_secret",
+    "format_duration",
+    "json_dumps",
+    "json_loads",
+    "kek_from_uri",
+    "key_algorithm_of",
+    "listed_without_kek",
+    "load_settings",
+    "parse_duration",
+    "printable",
+    "promote",
+    "proxy_server",
+    "prune",
+    "read_secret",
+    "retire",
+    "rotate",
+    "sdk_kid_problem",
+    "secret_length_ok",
+    "secret_rule",
+    "terminal_json",
+    "timeline",
+    "write_secret_file",
+]
+
+#: name -> (module, name in that module)
+_WHERE = {
+    "EncodingError": ("_encoding", "EncodingError"),
+    "json_dumps": ("_encoding", "json_dumps"),
+    "json_loads": ("_encoding", "json_loads"),
+    "printable": ("_printable", "printable"),
+    "terminal_json": ("_printable", "terminal_json"),
+    "FINDING_KINDS": ("audit", "FINDING_KINDS"),
+    "audit_capture": ("audit", "audit_capture"),
+    "binding_of": ("binding", "binding_of"),
+    "KEYSET_JSON_ENV": ("config", "KEYSET_JSON_ENV"),
+    "Settings": ("config", "Settings"),
+    "load_settings": ("config", "load_settings"),
+    "format_duration": ("durations", "format_duration"),
+    "parse_duration": ("durations", "parse_duration"),
+    "Kek": ("kek", "Kek"),
+    "kek_from_uri": ("kek", "kek_from_uri"),
+    "check_writable": ("keyfile", "check_writable"),
+    "decode_secret": ("keyfile", "decode_secret"),
+    "encode_secret": ("keyfile", "encode_secret"),
+    "read_secret": ("keyfile", "read_secret"),
+    "write_secret_file": ("keyfile", "write_secret_file"),
+    "listed_without_kek": ("keyset_store", "listed_without_kek"),
+    "Change": ("lifecycle", "Change"),
+    "check_period": ("lifecycle", "check_period"),
+    "check_retention": ("lifecycle", "check_retention"),
+    "due_list": ("lifecycle", "due_list"),
+    "promote": ("lifecycle", "promote"),
+    "prune": ("lifecycle", "prune"),
+    "retire": ("lifecycle", "retire"),
+    "rotate": ("lifecycle", "rotate"),
+    "timeline": ("lifecycle", "timeline"),
+    "proxy_server": ("proxy", "server"),
+    "ProxyApp": ("proxy.app", "ProxyApp"),
+    "ProxyMetrics": ("proxy.metrics", "ProxyMetrics"),
+    "StateGuard": ("proxy.rewrite", "StateGuard"),
+    "FORMAT_NAMES": ("registry", "FORMAT_NAMES"),
+    "KEY_ALGORITHMS": ("registry", "KEY_ALGORITHMS"),
+    "OWN_ALGORITHMS": ("registry", "OWN_ALGORITHMS"),
+    "SDK_SECRET_BYTES": ("registry", "SDK_SECRET_BYTES"),
+    "key_algorithm_of": ("registry", "key_algorithm_of"),
+    "sdk_kid_problem": ("registry", "sdk_kid_problem"),
+    "secret_length_ok": ("registry", "secret_length_ok"),
+    "secret_rule": ("registry", "secret_rule"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = where
+    if module == "proxy" and attribute == "server":  # a module, not a name in one
+        value = importlib.import_module(f"{__package__}.proxy.server")
+    else:
+        value = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
