@@ -138,7 +138,11 @@ def inspect(
     known = keyset.get(anatomy.kid) if anatomy.kid else None
     try:
         # the tag of a wire that covers a binding inspect is not given is checked with none
-        opened, key, plaintext = shape.open(keyset, text, b"")
+        if shape.only is not None:
+            opened = shape.only
+            key, plaintext = opened.open(keyset, text, b"")
+        else:
+            opened, key, plaintext = shape.open(keyset, text, b"")
     except InvalidToken as err:
         if any(one.associates for one in shape.formats) and isinstance(err, BadSignature):
             notes = (*notes, _UNSTATED_ASSOCIATED)

@@ -326,26 +326,31 @@ class Shape:
     """A token shape detection recognises, and the formats written in it, in the table's order.
 
     ``name`` is what detection can say of a token of the shape: its format's name, or the names
-    of the formats that share it ("mcp-py or mcp-rb").
+    of the formats that share it ("mcp-py or mcp-rb"). ``only`` is the one format written in
+    the shape, or None when several share it (then :meth:`open` tells them apart).
     """
 
-    __slots__ = ("formats", "name", "names")
+    __slots__ = ("formats", "name", "names", "only")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.name = " or ".join(names)
         self.formats: tuple[Format, ...] = ()  # loaded on first use (see shape_of)
+        self.only: Format | None = None
 
     def __repr__(self) -> str:
         return f"Shape({self.name!r})"
 
     def load(self) -> Shape:
-        self.formats = tuple(format_named(name) for name in self.names)
+        formats = tuple(format_named(name) for name in self.names)
+        self.only = formats[0] if len(formats) == 1 else None
+        self.formats = formats
         return self
 
     def open(self, keyset: Keyset, text: str, associated: bytes) -> tuple[Format, Key, bytes]:
         """Authenticate (and decrypt) a token of this shape: (its format, the key that opened
-        it, the plaintext), or the specific refusal.
+        it, the plaintext), or the specific refusal. (Where :attr:`only` names the format, its
+        wire's ``open`` is the whole of this.)
 
         When several formats share the shape, each is tried in the table's order and the key
         that opens the token names its format: a format that refuses it (no key by the token's
@@ -354,13 +359,8 @@ class Shape:
         naming each format's reason, if a key of any was tried; else the first format's
         refusal.
         """
-        formats = self.formats
-        if len(formats) == 1:
-            fmt = formats[0]
-            key, plaintext = fmt.open(keyset, text, associated)
-            return fmt, key, plaintext
         refused: list[tuple[Format, InvalidToken]] = []
-        for fmt in formats:
+        for fmt in self.formats:
             try:
                 key, plaintext = fmt.open(keyset, text, associated)
             except InvalidToken as err:

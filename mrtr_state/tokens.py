@@ -84,8 +84,12 @@ def _open(
     if wanted is not None and wanted not in shape.names:
         format_named(wanted)  # a caller's typo is a ValueError, not a rejected token
         raise WrongFormat(f"expected a {wanted} token, got {shape.name}")
-    fmt, key, plaintext = shape.open(keyset, text, associated)
-    if wanted is not None and fmt.name != wanted:  # one shape, two formats: the key named it
+    fmt = shape.only
+    if fmt is not None:
+        key, plaintext = fmt.open(keyset, text, associated)
+    else:  # one shape, several formats: the key that opens the token names its format
+        fmt, key, plaintext = shape.open(keyset, text, associated)
+    if wanted is not None and fmt.name != wanted:
         raise WrongFormat(f"expected a {wanted} token, got {fmt.name}")
     return fmt, key, plaintext, text
 

@@ -59,6 +59,7 @@ __all__ = [
     "read_document",
     "refuse_to_mint",
     "refuse_uncarried",
+    "unreadable",
 ]
 
 _UNCARRIED: dict[int, tuple[type[BindingMismatch], str]] = {
@@ -163,15 +164,21 @@ class Envelope(Protocol):
 
 def read_document(plaintext: bytes, what: str) -> dict[str, Any]:
     """The JSON object of an authenticated ``plaintext`` (read plainly: see
-    :func:`~mrtr_state._encoding.authenticated_object`), or its refusal: nesting beyond the
-    reader is a malformed token, anything else that is not a JSON object breaks the envelope's
-    rules (``what``: the envelope, for the message)."""
+    :func:`~mrtr_state._encoding.authenticated_object`), or its refusal
+    (:func:`unreadable`; ``what``: the envelope, for the message)."""
     try:
         return authenticated_object(plaintext)
-    except NestingError as err:
-        raise MalformedToken(f"{what}: {err}") from None
     except EncodingError as err:
-        raise InvalidClaims(f"{what}: {err}") from None
+        raise unreadable(what, err) from None
+
+
+def unreadable(what: str, err: EncodingError) -> InvalidToken:
+    """The refusal of an authenticated plaintext that is not the JSON object ``what`` holds:
+    nesting beyond the reader is a malformed token, anything else breaks the envelope's
+    rules."""
+    if isinstance(err, NestingError):
+        return MalformedToken(f"{what}: {err}")
+    return InvalidClaims(f"{what}: {err}")
 
 
 def over_cap(lifetime: float, ttl_cap: float) -> str:

@@ -45,7 +45,7 @@ from ..errors import (
     RequestMismatch,
     WrongFormat,
 )
-from . import UNCHECKED, View, read_document, refuse_uncarried
+from . import UNCHECKED, View, refuse_uncarried, unreadable
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
@@ -62,7 +62,8 @@ _REQUIRED = ("iat", "exp", "jti", "st")
 _CARRIES = PRINCIPAL | AUDIENCE | REQUEST_ID | REQUEST
 _UNCARRIED = ~_CARRIES
 _REQUESTS = REQUEST_ID | REQUEST
-_ABSENT: Any = object()  # an optional claim the document does not hold (None is a null one)
+_OPTIONAL = ("sub", "aud", "rid")
+_AUDIENCES = " or list of them"
 _new_tuple = tuple.__new__
 _NOT_CHECKED = "bindings (principal, request, audience) were not checked"
 
@@ -78,6 +79,16 @@ def _not_seconds(name: str, value: Any) -> InvalidClaims:
 
 def _not_text(name: str, value: Any, lists: str = "") -> InvalidClaims:
     return InvalidClaims(f"claim {name} must be a non-empty string{lists}, got {_show(value)}")
+
+
+def _unknown_or_null(document: dict[str, Any]) -> InvalidClaims:
+    """The refusal of claims that hold more members than their required claims and the
+    optional ones given: members of no claim, else an optional claim given as null."""
+    unknown = sorted(document.keys() - _MEMBERS)
+    if unknown:
+        return InvalidClaims(f"claims hold unknown members {', '.join(unknown)}")
+    name = next(name for name in _OPTIONAL if name in document and document[name] is None)
+    return _not_text(name, None, _AUDIENCES if name == "aud" else "")
 
 
 def _ago(seconds: float) -> str:
@@ -162,13 +173,11 @@ class OwnEnvelope:
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        if plaintext[:1] != b"{":
-            return self._marked(plaintext, key, binding, now, policy)
-        document = read_document(plaintext, "claims")
-        # shape: nothing unknown, every required claim, exact types, no optional claim null
-        if not document.keys() <= _MEMBERS:
-            unknown = ", ".join(sorted(document.keys() - _MEMBERS))
-            raise InvalidClaims(f"claims hold unknown members {unknown}")
+        try:
+            document = authenticated_object(plaintext)
+        except EncodingError as err:  # a marked payload, or not claims at all
+            return self._marked(plaintext, err, key, binding, now, policy)
+        # shape: every required claim, exact types, nothing unknown, no optional claim null
         try:
             state, iat, exp, jti = document["st"], document["iat"], document["exp"], document["jti"]
         except KeyError:
@@ -181,12 +190,14 @@ class OwnEnvelope:
         if type(jti) is not str or not jti:
             raise InvalidClaims("claim jti must be a non-empty string")
         get = document.get
-        sub, aud, rid = get("sub", _ABSENT), get("aud", _ABSENT), get("rid", _ABSENT)
-        if sub is not _ABSENT and (type(sub) is not str or not sub):
+        sub, aud, rid = get("sub"), get("aud"), get("rid")
+        if len(document) != 4 + (sub is not None) + (aud is not None) + (rid is not None):
+            raise _unknown_or_null(document)
+        if sub is not None and (type(sub) is not str or not sub):
             raise _not_text("sub", sub)
-        if aud is not _ABSENT and not ((type(aud) is str and aud) or audience_list(aud)):
-            raise _not_text("aud", aud, " or list of them")
-        if rid is not _ABSENT and (type(rid) is not str or not rid):
+        if aud is not None and not ((type(aud) is str and aud) or audience_list(aud)):
+            raise _not_text("aud", aud, _AUDIENCES)
+        if rid is not None and (type(rid) is not str or not rid):
             raise _not_text("rid", rid)
         # lifetime, each condition stated as what accepts (a NaN clock fails closed)
         lifetime = exp - iat
@@ -205,13 +216,14 @@ class OwnEnvelope:
             )
         if not now < exp:
             raise ExpiredToken(f"expired {_ago(now - exp)} ago")
-        # each binding, both ways (inspect states none: its view stops before them)
+        # each binding, both ways (inspect states none: its view stops before them), compared
+        # in constant time
         if binding is not UNCHECKED:
             kinds = binding.kinds
             if kinds & _UNCARRIED:
                 raise refuse_uncarried(kinds & _UNCARRIED, self._tokens)
             principal = binding.principal
-            if sub is _ABSENT:
+            if sub is None:
                 if principal is not None:
                     raise _unbound("principal", PrincipalMismatch)
             elif principal is None:
@@ -221,7 +233,7 @@ class OwnEnvelope:
             ):
                 raise PrincipalMismatch("principal mismatch")
             audience = binding.audience
-            if aud is _ABSENT:
+            if aud is None:
                 if audience is not None:
                     raise _unbound("audience", AudienceMismatch)
             elif audience is None:
@@ -232,7 +244,7 @@ class OwnEnvelope:
                 else any(_same(one, audience) for one in aud)
             ):
                 raise AudienceMismatch("audience mismatch")
-            if rid is _ABSENT:
+            if rid is None:
                 if kinds & _REQUESTS:
                     raise _unbound("request", RequestMismatch)
             elif not kinds & _REQUESTS:
@@ -243,32 +255,25 @@ class OwnEnvelope:
             shown = _carried_state(plaintext)
             if shown is not None:
                 carried.append(shown)
-        return _new_tuple(
-            Claims,
-            (
-                state,
-                iat,
-                exp,
-                jti,
-                None if sub is _ABSENT else sub,
-                None if aud is _ABSENT else aud,
-                None if rid is _ABSENT else rid,
-                None,
-                key.kid,
-                self.name,
-            ),
-        )
+        return _new_tuple(Claims, (state, iat, exp, jti, sub, aud, rid, None, key.kid, self.name))
 
     def _marked(
-        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy
+        self,
+        plaintext: bytes,
+        unread: EncodingError,
+        key: Key,
+        binding: Binding,
+        now: float,
+        policy: Policy,
     ) -> Claims:
-        """A plaintext that is not claims: a KeysetCodec envelope is accepted as the SDK's."""
+        """A plaintext that is not claims: a KeysetCodec envelope is accepted as the SDK's, a
+        sealed payload is refused as not a requestState, anything else as unreadable claims."""
         marker = plaintext[:1]
         if marker == CODEC:
             return self._codec().accept(plaintext[1:], key, binding, now, policy)
         if marker == SEALED:
             raise WrongFormat("this token holds a sealed payload, not claims; use unseal")
-        raise InvalidClaims("claims: not a JSON object")
+        raise unreadable("claims", unread)
 
     def view(self, plaintext: bytes, key: Key, now: float, policy: Policy) -> View:
         marker = plaintext[:1]
