@@ -354,18 +354,15 @@ def peer_rows(secret: bytes) -> list[Row]:
     return rows
 
 
-def sdk_codec_rows(secret: bytes) -> list[Row]:
-    """The Python SDK's own requestState path: its codec and its envelope code, as its
-    RequestStateBoundary middleware runs them (digest, audience and principal included)."""
-    try:
-        from mcp.server import request_state as sdk
-    except ImportError:
-        print("mcp not installed: the SDK codec rows are skipped", file=sys.stderr)
-        return []
+def sdk_codec(secret: bytes, state: str) -> tuple[Callable[[], str], Callable[[], object]]:
+    """The Python SDK's own requestState path for ``state``: its codec and its envelope code,
+    as its RequestStateBoundary middleware runs them (digest, audience and principal
+    included): (mint, verify of a token minted once)."""
+    from mcp.server import request_state as sdk
+
     codec = sdk.AESGCMRequestStateCodec([secret])
     params = {"name": SDK_BINDING["target"], "arguments": SDK_BINDING["arguments"]}
     audience, principal = SDK_BINDING["audience"], SDK_BINDING["principal"]
-    state = json.dumps(STATE)
 
     def mint() -> str:
         target, digest = sdk._request_identity("tools/call", params)
@@ -397,6 +394,18 @@ def sdk_codec_rows(secret: bytes) -> list[Row]:
             raise ValueError
         return claims["s"]
 
+    return mint, verify
+
+
+def sdk_codec_rows(secret: bytes) -> list[Row]:
+    """The Python SDK's own codec and envelope code on the bench state (see sdk_codec)."""
+    try:
+        import mcp.server.request_state  # noqa: F401
+    except ImportError:
+        print("mcp not installed: the SDK codec rows are skipped", file=sys.stderr)
+        return []
+    mint, verify = sdk_codec(secret, json.dumps(STATE))
+    token = mint()
     name = "mcp SDK codec + envelope checks"
     return [
         Row(name, "encrypted", "mint", timed(mint), len(token)),
@@ -404,30 +413,34 @@ def sdk_codec_rows(secret: bytes) -> list[Row]:
     ]
 
 
-def mcp_ts_rows(secret: bytes) -> list[Row]:
-    """mcp-ts, ours against the TypeScript SDK's codec logic written plainly in Python.
+#: The bind value the mcp-ts rows state, as a server would (principal, method, target).
+TS_BIND = "alice@example.com|tools/call|deploy"
 
-    What the naive row does is what ``createRequestStateCodec`` does per token: JSON of
-    ``{p, exp, b}``, base64url, HMAC-SHA256 under the raw secret over ``v1.`` + body, and on
-    verify the MAC compared in constant time, the body decoded and parsed, ``exp`` and the bind tag
-    checked. It keys HMAC per call, as the SDK's Node code does with ``createHmac``.
+
+def ts_codec(secret: bytes, state: Any) -> tuple[Callable[[], str], Callable[[], object]]:
+    """The TypeScript SDK's codec logic (``createRequestStateCodec``) written plainly in
+    Python, for ``state``: (mint, verify of a token minted once).
+
+    What it does is what the SDK does per token: JSON of ``{p, exp, b}``, base64url, HMAC-SHA256
+    under the raw secret over ``v1.`` + body, and on verify the MAC compared in constant time,
+    the body decoded and parsed, ``exp`` and the bind tag checked. It keys HMAC per call, as the
+    SDK's Node code does with ``createHmac``.
     """
-    keyset = ms.Keyset([ms.Key.from_secret("mcp-ts-v1", secret, status="primary")], source="bench")
-    bind = "alice@example.com|tools/call|deploy"
-    state = json.dumps(STATE)
 
     def bind_tag() -> str:
-        return b64e(hmac.digest(secret, b"mcp.requestState.bind:" + bind.encode(), "sha256")[:16])
+        return b64e(
+            hmac.digest(secret, b"mcp.requestState.bind:" + TS_BIND.encode(), "sha256")[:16]
+        )
 
-    def naive_mint() -> str:
+    def mint() -> str:
         body = {"p": state, "exp": int(time.time()) + LIFETIME, "b": bind_tag()}
         signed = "v1." + b64e(json.dumps(body, separators=(",", ":")).encode())
         return signed + "." + b64e(hmac.digest(secret, signed.encode(), "sha256"))
 
-    naive_token = naive_mint()
+    token = mint()
 
-    def naive_verify() -> object:
-        prefix, body, mac = naive_token.split(".")
+    def verify() -> object:
+        prefix, body, mac = token.split(".")
         signed = f"{prefix}.{body}".encode()
         if prefix != "v1" or not hmac.compare_digest(
             hmac.digest(secret, signed, "sha256"), b64d(mac)
@@ -438,7 +451,17 @@ def mcp_ts_rows(secret: bytes) -> list[Row]:
             raise ValueError
         return claims["p"]
 
-    token = ms.mint(keyset, state, format="mcp-ts", bind=bind, ttl=LIFETIME)
+    return mint, verify
+
+
+def mcp_ts_rows(secret: bytes) -> list[Row]:
+    """mcp-ts, ours against the TypeScript SDK's codec logic written plainly in Python
+    (ts_codec), on the bench state."""
+    keyset = ms.Keyset([ms.Key.from_secret("mcp-ts-v1", secret, status="primary")], source="bench")
+    state = json.dumps(STATE)
+    naive_mint, naive_verify = ts_codec(secret, state)
+    naive_token = naive_mint()
+    token = ms.mint(keyset, state, format="mcp-ts", bind=TS_BIND, ttl=LIFETIME)
     naive = "TypeScript SDK codec logic, naive Python"
     ours = "mrtr-state mcp-ts"
     return [
@@ -446,11 +469,15 @@ def mcp_ts_rows(secret: bytes) -> list[Row]:
             ours,
             "signed",
             "mint",
-            timed(lambda: ms.mint(keyset, state, format="mcp-ts", bind=bind)),
+            timed(lambda: ms.mint(keyset, state, format="mcp-ts", bind=TS_BIND)),
             len(token),
         ),
         Row(
-            ours, "signed", "verify", timed(lambda: ms.verify(keyset, token, bind=bind)), len(token)
+            ours,
+            "signed",
+            "verify",
+            timed(lambda: ms.verify(keyset, token, bind=TS_BIND)),
+            len(token),
         ),
         Row(naive, "signed", "mint", timed(naive_mint), len(naive_token)),
         Row(naive, "signed", "verify", timed(naive_verify), len(naive_token)),
@@ -641,57 +668,101 @@ def cli_rows(keyset: ms.Keyset, library_verify_us: float) -> dict[str, float]:
     }
 
 
+#: What each larger-state figure compares, ours first: (name, our row, the row it is held to).
+STATE_PAIRS = (
+    ("aead verify", "aead_verify", "raw_gcm_verify"),
+    ("aead mint", "aead_mint", "raw_gcm_mint"),
+    ("jws verify", "jws_verify", "raw_hmac_verify"),
+    ("mcp-py verify", "mcp_py_verify", "sdk_verify"),
+    ("mcp-ts verify", "mcp_ts_verify", "ts_verify"),
+)
+
+
 def state_size_rows(keyset: ms.Keyset) -> list[dict[str, Any]]:
-    """aead verify and mint of larger states (many small objects) against the raw AES-GCM row
-    doing the same work on the same claims: strict JSON's cost grows with the objects."""
-    secret = os.urandom(32)
+    """Larger states (many small objects) through aead and jws against the raw AES-GCM and
+    HMAC rows doing the same work on the same claims, and through mcp-py and mcp-ts against
+    their SDKs' own code carrying the same state (as a JSON string, as the SDKs carry theirs):
+    the reader's cost grows with the objects. Each figure is the best and the median of its
+    repeats over interleaved rounds."""
+    return [
+        state_size(keyset, label, count)
+        for label, count in (("4 KB, ~100 objects", 100), ("64 KB, ~1,700 objects", 1700))
+    ]
+
+
+def state_size(keyset: ms.Keyset, label: str, count: int) -> dict[str, Any]:
+    """The rows of :func:`state_size_rows` for a state of ``count`` small objects."""
+    secret, sdk_secret = os.urandom(32), os.urandom(32)
     cipher = AESGCM(secret)
-    out = []
-    for label, count in (("4 KB, ~100 objects", 100), ("64 KB, ~1,700 objects", 1700)):
-        state = [{"id": i, "name": f"item-{i:05d}", "ok": True} for i in range(count)]
-        policy = ms.Policy(max_size=200_000)
-        token = ms.mint(keyset, state, **BINDING, policy=policy)
-        claims = {**claims_now(), "st": state}
+    ts_keyset = ms.Keyset([ms.Key.from_secret("mcp-ts-v1", sdk_secret)], source="bench")
+    py_keyset = ms.Keyset([ms.Key.from_secret("mcp-py-v1", sdk_secret)], source="bench")
+    state = [{"id": i, "name": f"item-{i:05d}", "ok": True} for i in range(count)]
+    text_state = json.dumps(state)
+    policy = ms.Policy(max_size=200_000)
+    claims = {**claims_now(), "st": state}
+    nonce = os.urandom(12)
+    sealed = b64e(nonce + cipher.encrypt(nonce, json.dumps(claims).encode(), None))
+    body = b64e(json.dumps(claims, separators=(",", ":")).encode())
+    signed = body + "." + b64e(hmac.digest(secret, body.encode(), "sha256"))
+    aead_token = ms.mint(keyset, state, **BINDING, policy=policy)
+    jws_token = ms.mint(keyset, state, **BINDING, policy=policy, format="jws")
+    py_token = ms.mint(
+        py_keyset, text_state, format="mcp-py", ttl=LIFETIME, policy=policy, **SDK_BINDING
+    )
+    ts_token = ms.mint(
+        ts_keyset, text_state, format="mcp-ts", ttl=LIFETIME, policy=policy, bind=TS_BIND
+    )
+
+    def raw_gcm_verify() -> object:
+        raw = b64d(sealed)
+        return json.loads(cipher.decrypt(raw[:12], raw[12:], None))
+
+    def raw_gcm_mint() -> str:
         nonce = os.urandom(12)
-        sealed = b64e(nonce + cipher.encrypt(nonce, json.dumps(claims).encode(), None))
+        data = json.dumps(claims, separators=(",", ":")).encode()
+        return b64e(nonce + cipher.encrypt(nonce, data, None))
 
-        def raw_verify(sealed: str = sealed) -> object:
-            raw = b64d(sealed)
-            return json.loads(cipher.decrypt(raw[:12], raw[12:], None))
+    def raw_hmac_verify() -> object:
+        body, _, mac = signed.rpartition(".")
+        if not hmac.compare_digest(hmac.digest(secret, body.encode(), "sha256"), b64d(mac)):
+            raise ValueError
+        return json.loads(b64d(body))
 
-        def raw_mint(claims: dict[str, Any] = claims) -> str:
-            nonce = os.urandom(12)
-            data = json.dumps(claims, separators=(",", ":")).encode()
-            return b64e(nonce + cipher.encrypt(nonce, data, None))
-
-        def verify(token: str = token, policy: ms.Policy = policy) -> object:
-            return ms.verify(keyset, token, **BINDING, policy=policy)
-
-        def mint(state: Any = state, policy: ms.Policy = policy) -> str:
-            return ms.mint(keyset, state, **BINDING, policy=policy)
-
-        measured = (
-            ("raw_verify", raw_verify),
-            ("verify", verify),
-            ("raw_mint", raw_mint),
-            ("mint", mint),
-        )
-        # interleaved rounds, each row's best kept: a burst of machine noise lands on every
-        # row alike instead of on whichever was being timed
-        timings = dict.fromkeys((name for name, _f in measured), float("inf"))
-        for _round in range(5):
-            for name, f in measured:
-                timings[name] = min(timings[name], best_micros(f))
-        out.append(
-            {
-                "state": label,
-                "token_bytes": len(token),
-                **{f"{name}_us": value for name, value in timings.items()},
-                "verify_ratio": timings["verify"] / timings["raw_verify"],
-                "mint_ratio": timings["mint"] / timings["raw_mint"],
-            }
-        )
-    return out
+    measured: dict[str, Callable[[], object]] = {
+        "raw_gcm_verify": raw_gcm_verify,
+        "aead_verify": lambda: ms.verify(keyset, aead_token, **BINDING, policy=policy),
+        "raw_gcm_mint": raw_gcm_mint,
+        "aead_mint": lambda: ms.mint(keyset, state, **BINDING, policy=policy),
+        "raw_hmac_verify": raw_hmac_verify,
+        "jws_verify": lambda: ms.verify(keyset, jws_token, **BINDING, policy=policy),
+        "mcp_py_verify": lambda: ms.verify(py_keyset, py_token, policy=policy, **SDK_BINDING),
+        "ts_verify": ts_codec(sdk_secret, text_state)[1],
+        "mcp_ts_verify": lambda: ms.verify(ts_keyset, ts_token, policy=policy, bind=TS_BIND),
+    }
+    try:
+        measured["sdk_verify"] = sdk_codec(sdk_secret, text_state)[1]
+    except ImportError:
+        print("mcp not installed: the SDK rows at larger states are skipped", file=sys.stderr)
+    # interleaved rounds, every repeat kept: a burst of machine noise lands on every row alike
+    # instead of on whichever was being timed
+    times: dict[str, list[float]] = {name: [] for name in measured}
+    for _round in range(5):
+        for name, func in measured.items():
+            best_micros(func)
+            times[name] += SAMPLES.pop(func)
+    best = {name: min(values) for name, values in times.items()}
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "state": label,
+        "token_bytes": len(aead_token),
+        "best_us": best,
+        "median_us": median,
+        "ratios": {
+            name: {"best": best[ours] / best[held], "median": median[ours] / median[held]}
+            for name, ours, held in STATE_PAIRS
+            if ours in best and held in best
+        },
+    }
 
 
 def markdown(rows: list[Row]) -> str:
@@ -723,6 +794,13 @@ def render(rows: list[Row]) -> str:
             f"{row.tight_ratio:>7.2f}"
         )
     return "\n".join(lines)
+
+
+def _ratios(size: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} {ratio['best']:.2f}× ({ratio['median']:.2f}×)"
+        for name, ratio in size["ratios"].items()
+    )
 
 
 def main() -> None:
@@ -783,11 +861,7 @@ def main() -> None:
         f"{cli['batch_vs_library']:.2f}× the library's {cli['library_verify_per_s']:,.0f}/s"
     )
     for size in sized:
-        print(
-            f"aead, state of {size['state']} ({size['token_bytes']} bytes): verify "
-            f"{size['verify_us']:.1f} µs = {size['verify_ratio']:.2f}× raw, mint "
-            f"{size['mint_us']:.1f} µs = {size['mint_ratio']:.2f}× raw"
-        )
+        print(f"state of {size['state']} ({size['token_bytes']} aead bytes): " + _ratios(size))
     print("single-use verify: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in once.items()))
     print(f"machine: {machine}")
     result = {
@@ -815,12 +889,9 @@ def main() -> None:
         "--once, aead): " + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in once.items()) + "."
     )
     summary += (
-        " Larger states (aead, many small objects): "
-        + "; ".join(
-            f"{size['state']}: verify {size['verify_ratio']:.2f}× raw, mint "
-            f"{size['mint_ratio']:.2f}× raw"
-            for size in sized
-        )
+        " Larger states (many small objects; aead and jws against the raw rows, mcp-py and "
+        "mcp-ts against their SDKs' own code; best, median in brackets): "
+        + "; ".join(f"{size['state']}: {_ratios(size)}" for size in sized)
         + "."
     )
     where = (

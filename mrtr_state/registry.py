@@ -398,24 +398,13 @@ _LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
 _UNKNOWN_SHAPE = "not a requestState token of any known format"
 
 
-def _dots_after(token: str, at: int) -> int:
-    """How many dots ``token`` holds after index ``at``: two ``find`` calls (memchr) settle the
-    usual zero or one, a count the rest."""
-    second = token.find(".", at + 1)
-    if second < 0:
-        return 0
-    if token.find(".", second + 1) < 0:
-        return 1
-    return token.count(".", at + 1)
-
-
 def shape_of(token: str) -> Shape:
     """The :class:`Shape` a token is written in, from its text alone (its formats loaded)."""
     at = token.find(".")
     # prefixes are short: a JOSE header before the first dot is never hashed and looked up
     by_dots = _PREFIXED.get(token[:at]) if 0 < at <= _LONGEST_PREFIX else None
     if by_dots is not None:
-        shape = by_dots.get(None) or by_dots.get(_dots_after(token, at))
+        shape = by_dots.get(None) or by_dots.get(token.count(".", at + 1))
     else:
         # no prefix: the number of segments, then how the first starts
         start_shape = _UNPREFIXED.get(token.count("."))

@@ -14,12 +14,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import b64url_encode, compare_digest, one_shot_encoder
+from .._encoding import (
+    EncodingError,
+    authenticated_object,
+    b64url_encode,
+    compare_digest,
+    one_shot_encoder,
+)
 from .._primitives import Keyed, hmac_key
 from ..binding import BIND, Binding
 from ..claims import Claims
 from ..errors import ExpiredToken, InvalidClaims, RequestMismatch
-from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried, unreadable
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
@@ -57,6 +63,10 @@ class McpTsEnvelope(RequestStateOnly):
     carries = BIND
     fresh_bytes = 0  # a signed body: no id, no nonce, no salt
 
+    def __init__(self, name: str, confidential: bool) -> None:
+        super().__init__(name, confidential)
+        self._body = f"{name} body"
+
     def pack(
         self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
@@ -77,9 +87,12 @@ class McpTsEnvelope(RequestStateOnly):
         policy: Policy,
         carried: list[str] | None = None,
     ) -> Claims:
-        document = read_document(plaintext, f"{self.name} body")
+        try:
+            document = authenticated_object(plaintext)
+        except EncodingError as err:
+            raise unreadable(self._body, err) from None
         # the SDK's shape
-        if not document.keys() <= _MEMBERS:
+        if not _MEMBERS.issuperset(document):
             raise InvalidClaims(f"{self.name} body is not the SDK's {{p, exp, b}} object")
         if "p" not in document:
             raise InvalidClaims(f"{self.name} body lacks its payload p")
@@ -110,7 +123,11 @@ class McpTsEnvelope(RequestStateOnly):
                 type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))
             ):
                 raise RequestMismatch("bind mismatch")
-        return self._claims(document, key.kid)
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
+        return _new_tuple(
+            Claims,
+            (document["p"], None, exp, None, None, None, None, document, key.kid, self.name),
+        )
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
         # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["McpTsWire"]
 
 PREFIX = "v1."
+_BODY = len(PREFIX)  # where the body starts
 
 
 class McpTsWire:
@@ -35,6 +36,7 @@ class McpTsWire:
         self._candidates_name = f"{name}-candidates"
         self._build_candidates = self._candidates  # bound once, not once per call
         self._layout = f"not an {name} token (v1.BODY.MAC)"
+        self._mac_what, self._body_what = f"{name} MAC", f"{name} body"
 
     def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         signed = PREFIX + b64url_encode(plaintext)
@@ -57,9 +59,9 @@ class McpTsWire:
 
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         signed, _dot, mac_text = token.rpartition(".")
-        if not (signed.startswith(PREFIX) and "." not in signed[len(PREFIX) :]):
+        if not (signed.startswith(PREFIX) and signed.find(".", _BODY) < 0):
             raise WrongFormat(self._layout)
-        mac = decode_segment(mac_text, f"{self.name} MAC")
+        mac = decode_segment(mac_text, self._mac_what)
         if len(mac) != 32:
             raise MalformedToken(f"{self.name} MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
         tried = keyset.derived(self._candidates_name, self._build_candidates)
@@ -68,7 +70,7 @@ class McpTsWire:
         key = _signer(tried, signed.encode("ascii"), mac)
         if key is None:
             raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
-        return key, decode_segment(signed[len(PREFIX) :], f"{self.name} body")
+        return key, decode_segment(signed[_BODY:], self._body_what)
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
