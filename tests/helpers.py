@@ -48,6 +48,19 @@ def mint(ks: Path, *args: str) -> str:
     return run("--keyset", str(ks), "mint", *args).stdout.strip()
 
 
+def keys_import(
+    ks: Path, alg: str, secret: bytes | str, *extra: str, code: int = 0, name: str = ""
+) -> Result:
+    """``mrtr-state --keyset KS keys import --alg ALG --secret-file FILE [EXTRA]``, the secret
+    (bytes as they are, text as UTF-8) written first to a file beside the keyset, 0600 (``name``:
+    its file name, when a test imports several of one algorithm)."""
+    secret_file = ks.parent / (name or f"{alg}.secret")
+    secret_file.write_bytes(secret.encode() if isinstance(secret, str) else secret)
+    secret_file.chmod(0o600)
+    command = ("keys", "import", "--alg", alg, "--secret-file", str(secret_file), *extra)
+    return run("--keyset", str(ks), *command, code=code)
+
+
 class Reply:
     def __init__(self, raw: bytes) -> None:
         self.raw = raw

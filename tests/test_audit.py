@@ -16,7 +16,7 @@ from mrtr_state.audit import audit_capture
 from mrtr_state.keyset import Key
 
 from .conftest import NOW, shared_vector
-from .helpers import run, synthetic_capture
+from .helpers import keys_import, run, synthetic_capture
 
 
 def capture() -> list[dict[str, Any]]:
@@ -176,18 +176,8 @@ def test_large_captures_stream() -> None:
 
 
 def test_audit_through_the_cli(tmp_path: Path) -> None:
-    (tmp_path / "secret").write_text(meta()["server_secret"])
     keyset = tmp_path / "keyset.json"
-    run(
-        "--keyset",
-        str(keyset),
-        "keys",
-        "import",
-        "--alg",
-        "mcp-py-v1",
-        "--secret-file",
-        str(tmp_path / "secret"),
-    )
+    keys_import(keyset, "mcp-py-v1", meta()["server_secret"])
     clean = tmp_path / "clean.jsonl"
     clean.write_text("\n".join(lines_of(capture())) + "\n")
     over_cap = run("--keyset", str(keyset), "audit", "--audience", "fleet", str(clean), code=1)

@@ -397,7 +397,7 @@ CASES: list[Callable[[], object]] = [
     _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "arguments": {"x": 1.0}}),
     _minted("mcp-rb", "s", **REQUEST, audience="fleet", stated=REQUEST),
     _minted("mcp-rb", "s", **REQUEST, stated={**REQUEST, "principal": "alice"}),
-    # mcp-rs (the tag over the bind value is the wire's: see test_sdk_vectors)
+    # mcp-rs (the tag over the bind value is the wire's: see test_mcp_rs.py)
     _verify("mcp-rs", b"short"),
     _problem("mcp-rs2", b"short"),
     _verify("mcp-rs", _rs(0)),

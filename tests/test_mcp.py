@@ -10,7 +10,6 @@ import anyio
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
 from mrtr_state.keyset import Key
 from mrtr_state.mcp import (
     CapabilityMissing,
@@ -20,10 +19,8 @@ from mrtr_state.mcp import (
     request_fingerprint,
     wire_error,
 )
-from mrtr_state.replay import MemoryStore
-from mrtr_state.sdk_codec import KeysetCodec
 
-from .helpers import run
+from .helpers import keys_import, run
 
 ELICIT_FORM = {
     "method": "elicitation/create",
@@ -179,7 +176,6 @@ from mcp_types import (  # noqa: E402
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
-    InputResponses,
 )
 
 SECRET = "live-" + "s" * 59
@@ -261,19 +257,8 @@ def test_a_token_the_sdk_server_minted_verifies_with_our_library_and_cli(tmp_pat
 
     token = anyio.run(first_round)
     assert ms.verify(sdk_keyset(), token, **BINDING).state == "awaiting-confirm"
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(SECRET)
     keyset_path = tmp_path / "keyset.json"
-    run(
-        "--keyset",
-        str(keyset_path),
-        "keys",
-        "import",
-        "--alg",
-        "mcp-py-v1",
-        "--secret-file",
-        str(secret_file),
-    )
+    keys_import(keyset_path, "mcp-py-v1", SECRET)
     out = run(
         "--keyset",
         str(keyset_path),
@@ -310,137 +295,3 @@ def test_the_sdk_server_accepts_a_token_we_minted(keyset: ms.Keyset) -> None:
     assert seen == ["minted-by-mrtr-state"]
     forged = ms.mint(sdk_keyset(), "x", format="mcp-py", **{**BINDING, "target": "other"})
     assert refused(retry_with, forged) == "Invalid or expired requestState"
-
-
-def test_our_codec_completes_round_trips_across_rotation_and_refuses_retired_keys(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(path)
-    codec = KeysetCodec(path, format="aead", once=MemoryStore())
-    seen: list[str] = []
-    server = elicitation_server(
-        RequestStateSecurity(codec=codec, bind_principal=None), seen, [codec.replay_guard()]
-    )
-
-    async def round_trip(between: Any = None) -> Any:
-        async with Client(server, elicitation_callback=_accept) as client:
-            first = await client.session.call_tool(
-                "deploy", {"env": "prod"}, allow_input_required=True
-            )
-            assert isinstance(first, InputRequiredResult) and first.request_state is not None
-            assert first.request_state.startswith("ms1.")
-            if between is not None:
-                between()
-            responses: InputResponses = {
-                "confirm": ElicitResult(action="accept", content={"ok": True})
-            }
-            done = await client.session.call_tool(
-                "deploy",
-                {"env": "prod"},
-                request_state=first.request_state,
-                input_responses=responses,
-            )
-            with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                await client.session.call_tool(  # the same token again: single use
-                    "deploy",
-                    {"env": "prod"},
-                    request_state=first.request_state,
-                    input_responses=responses,
-                )
-            return done
-
-    assert "deployed prod" in json.dumps(anyio.run(round_trip).model_dump(mode="json"))
-
-    def rotate() -> None:
-        def add_and_promote(current: ms.Keyset) -> ms.Keyset:
-            changed, key = current.with_new_key("A256GCM")
-            return lifecycle.promote(changed, key.kid, now=int(__import__("time").time()))[0]
-
-        ms.Keyset.update(path, add_and_promote)
-        assert codec.keyset.reload() is True  # what the reload interval does within a second
-
-    anyio.run(round_trip, rotate)  # minted under the old primary, opened after the promotion
-    assert seen == ["awaiting-confirm", "awaiting-confirm"]
-
-    def retire_primary() -> None:
-        keyset = ms.Keyset.load(path)
-        primary = keyset.primary("A256GCM").kid
-        ms.Keyset.update(
-            path,
-            lambda current: lifecycle.retire(current, primary, now=0, retention=3660)[
-                0
-            ].with_new_key("A256GCM")[0],
-        )
-        # the codec would see the change within its one-second reload interval; a server that
-        # revokes a key by hand can make it take effect at once
-        assert codec.keyset.reload() is True
-
-    async def retired_round() -> None:
-        async with Client(server, elicitation_callback=_accept) as client:
-            first = await client.session.call_tool(
-                "deploy", {"env": "prod"}, allow_input_required=True
-            )
-            assert isinstance(first, InputRequiredResult)
-            retire_primary()
-            with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                await client.session.call_tool(
-                    "deploy",
-                    {"env": "prod"},
-                    request_state=first.request_state,
-                    input_responses={
-                        "confirm": ElicitResult(action="accept", content={"ok": True})
-                    },
-                )
-
-    anyio.run(retired_round)
-
-
-def test_a_refused_attempt_does_not_burn_the_rightful_retry(tmp_path: Path) -> None:
-    """Issue 16.2: redeeming inside unseal let a mismatched attempt consume the token first."""
-    path = tmp_path / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(path)
-    codec = KeysetCodec(path, format="aead", once=MemoryStore())
-    seen: list[str] = []
-    server = elicitation_server(
-        RequestStateSecurity(codec=codec, bind_principal=None), seen, [codec.replay_guard()]
-    )
-    answers: InputResponses = {"confirm": ElicitResult(action="accept", content={"ok": True})}
-
-    async def rounds() -> None:
-        async with Client(server, elicitation_callback=_accept) as client:
-            first = await client.session.call_tool(
-                "deploy", {"env": "prod"}, allow_input_required=True
-            )
-            assert isinstance(first, InputRequiredResult) and first.request_state is not None
-            state = first.request_state
-            with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                await client.session.call_tool(  # another request's arguments: refused
-                    "deploy", {"env": "staging"}, request_state=state, input_responses=answers
-                )
-            done = await client.session.call_tool(  # the rightful retry still passes
-                "deploy", {"env": "prod"}, request_state=state, input_responses=answers
-            )
-            assert "deployed prod" in json.dumps(done.model_dump(mode="json"))
-            with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                await client.session.call_tool(  # and only once
-                    "deploy", {"env": "prod"}, request_state=state, input_responses=answers
-                )
-
-    anyio.run(rounds)
-    assert seen == ["awaiting-confirm"]
-
-
-def test_a_single_use_codec_without_its_guard_refuses_rather_than_protect_nothing(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "keyset.json"
-    ms.Keyset.generate(("A256GCM",)).save(path)
-    codec = KeysetCodec(path, format="aead", once=MemoryStore())
-    token = codec.seal(b'{"v":1}')
-    from mcp.server.request_state import InvalidRequestState
-
-    with pytest.raises(InvalidRequestState, match="replay guard not installed"):
-        codec.unseal(token)
-    with pytest.raises(ValueError, match="once="):
-        KeysetCodec(path).replay_guard()

@@ -251,7 +251,7 @@ def test_a_token_outliving_the_store_horizon_is_refused_not_recorded(
 
 def test_a_token_that_never_expires_cannot_be_single_use() -> None:
     """rmcp's expiry 0, accepted with ttl_cap none, would have to be remembered forever."""
-    from .test_sdk_vectors import RMCP, _rmcp_keyset
+    from .sdk_vectors import RMCP, _rmcp_keyset
 
     never = next(c for c in RMCP if c["name"] == "no_ad_no_ttl_expiry_zero")
     keyset, uncapped = _rmcp_keyset(never), ms.Policy(ttl_cap=None)

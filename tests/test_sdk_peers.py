@@ -1,9 +1,10 @@
 """mcp-rb and mcp-php against Ruby and PHP themselves, and every SDK format round-tripped.
 
-The published vectors (test_sdk_vectors) hold what each SDK made; here random values meet the
-languages' own JSON, digest, AES-GCM and HMAC implementations (Ruby 3.1 and PHP 8.2 from
-Debian, as the vectors were made), through small peers in ``tests/peers``: Ruby's spelling of
-the canonical arguments JSON must equal ours for nested, unicode, float and big-integer
+The published vectors (test_mcp_rb.py, test_mcp_rs.py, test_mcp_php.py) hold what each SDK
+made; here random values meet the languages' own JSON, digest, AES-GCM and HMAC
+implementations (Ruby 3.1 and PHP 8.2 from Debian, as the vectors were made), through small
+peers in ``tests/peers``: Ruby's spelling of the canonical arguments JSON must equal ours for
+nested, unicode, float and big-integer
 arguments, Ruby must open what we seal, and PHP must verify what we sign.
 """
 

@@ -21,7 +21,7 @@ from mrtr_state import lifecycle
 from mrtr_state.keyset import Key
 from mrtr_state.registry import format_named
 
-from .helpers import mint, run
+from .helpers import keys_import, mint, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,10 +320,8 @@ def test_promoting_a_key_before_its_propagation_time_needs_force(ks: Path) -> No
 def test_bind_file_carries_bytes_a_flag_cannot(tmp_path: Path) -> None:
     """The TypeScript SDK documents a bind of the form `${method}\\0${clientId}`: a NUL byte,
     which no command-line argument can hold. --bind-file takes the file's bytes exactly."""
-    secret = tmp_path / "secret"
-    secret.write_bytes(b"s" * 40)
     ks = tmp_path / "keyset.json"
-    run("-k", str(ks), "keys", "import", "--alg", "mcp-ts-v1", "--secret-file", str(secret))
+    keys_import(ks, "mcp-ts-v1", b"s" * 40)
     bind = tmp_path / "bind"
     bind.write_bytes(b"tools/call\x00client-7")
     token = mint(ks, "--format", "mcp-ts", "--bind-file", str(bind), "--state", '{"n":1}')
