@@ -79,3 +79,49 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("test vectors run")
         for line in VECTOR_REPORT:
             terminalreporter.write_line(line)
+
+
+#: The tests marked ``slow`` (each a few seconds to half a minute: real processes, sockets,
+#: SIGKILLs, peers in other languages, wheels built), by file or ``file::test``, named here in
+#: one place. ``pytest -m "not slow"`` leaves them out while you work; ``make test`` and CI run
+#: everything. A name here that no longer matches a test fails the run, so the list cannot rot.
+SLOW = (
+    "test_conformance.py",
+    "test_install.py",
+    "test_sdk_peers.py",
+    "test_audit.py::test_memory_follows_open_exchanges_not_capture_length",
+    "test_audit.py::test_large_captures_stream",
+    "test_deploy_recipes.py::test_the_rotate_cronjob_ships_until_a_ship_succeeds",
+    "test_examples.py::test_the_github_login_example_completes_its_round_trip",
+    "test_examples.py::test_make_demo_uses_its_own_keyset_whatever_the_environment_says",
+    "test_examples.py::test_make_demo_runs_the_main_job_on_a_fresh_keyset",
+    "test_kek_cli.py::test_sigkill_during_rewrap_leaves_the_old_or_the_new_file",
+    "test_kek_cli.py::test_sigkill_during_rotate_leaves_the_old_or_the_new_file",
+    "test_keyfile_safety.py::test_sigkill_at_random_moments_never_tears_or_loses_the_keyset",
+    "test_keyfile_safety.py::test_four_processes_adding_fifty_keys_each_lose_none",
+    "test_keyset_watch.py::test_replicas_verifying_while_the_kubelet_swaps_the_secret_see_no_"
+    "false_rejection",
+    "test_lifecycle.py::TestRotationMachine",
+    "test_proxy_http.py::test_concurrent_clients_get_their_own_answers",
+    "test_proxy_jsonrpc.py::test_what_the_proxy_forwards_reads_the_same_to_a_javascript_server",
+    "test_proxy_jsonrpc.py::test_what_the_proxy_forwards_reads_the_same_to_the_upstream",
+    "test_proxy_ops.py::test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost",
+    "test_proxy_ops.py::test_a_stream_longer_than_the_drain_is_closed_and_the_proxy_exits_0",
+    "test_proxy_ops.py::test_a_keyset_that_fails_to_load_is_never_silent",
+    "test_replay.py::test_sixteen_processes_racing_on_sqlite_redeem_exactly_once",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    matched = dict.fromkeys(SLOW, False)
+    for item in items:
+        name = item.nodeid.split("/")[-1]
+        for slow in SLOW:
+            if name == slow or name.startswith((slow + "::", slow + "[")):
+                item.add_marker(pytest.mark.slow)
+                matched[slow] = True
+    # only a run that collected a file can say one of its names went stale
+    collected = {item.nodeid.split("/")[-1].split("::")[0] for item in items}
+    stale = [name for name, hit in matched.items() if not hit and name.split("::")[0] in collected]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOW names no test: {stale}")
