@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         timeline,
     )
     from .proxy import server as proxy_server
+    from .proxy.admin import AdminApp
     from .proxy.app import ProxyApp
     from .proxy.metrics import ProxyMetrics
     from .proxy.rewrite import StateGuard
@@ -62,6 +63,7 @@ __all__ = [
     "KEY_ALGORITHMS",
     "OWN_ALGORITHMS",
     "SDK_SECRET_BYTES",
+    "AdminApp",
     "Change",
     "EncodingError",
     "Kek",
@@ -133,6 +135,7 @@ _WHERE = {
     "rotate": ("lifecycle", "rotate"),
     "timeline": ("lifecycle", "timeline"),
     "proxy_server": ("proxy", "server"),
+    "AdminApp": ("proxy.admin", "AdminApp"),
     "ProxyApp": ("proxy.app", "ProxyApp"),
     "ProxyMetrics": ("proxy.metrics", "ProxyMetrics"),
     "StateGuard": ("proxy.rewrite", "StateGuard"),

@@ -151,3 +151,16 @@ def test_the_layer_test_sees_imports_inside_functions() -> None:
     assert "replay" in {
         imported.split(".")[0] for imported in _imports("tokens", PACKAGE / "tokens.py")
     }
+
+
+def test_the_cli_uses_the_public_api_and_its_one_internal_door() -> None:
+    """The command line imports ``mrtr_state`` (the public API) and ``mrtr_state._cli_api``
+    (docs/development.md, "The CLI's boundary"), and its own modules; nothing else."""
+    beyond = {
+        f"{name} -> {imported}"
+        for name, path in _MODULES.items()
+        if _unit(name) == "cli"
+        for imported in _imports(name, path)
+        if _unit(imported) not in ("cli", "__init__", "_cli_api")
+    }
+    assert not beyond, beyond

@@ -185,7 +185,7 @@ def proxy_cmd(
     try:
         sock = server.bind(host, port)
         if admin_address is not None and metrics is not None:
-            from ..proxy.admin import AdminApp
+            from .._cli_api import AdminApp
 
             admin = AdminApp(keyset, proxy.upstream, metrics)
             admin_sock = server.bind(*admin_address)
