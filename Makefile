@@ -52,7 +52,8 @@ bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writ
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600
 FUZZ_FORMATS := aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php
-fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each); a crash fails, its input kept in fuzz/crashes/
+FRAMING_CASES ?= 20000
+fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each), then the proxy's framing under both HTTP parsers (FRAMING_CASES random streams on a new seed); a crash fails, its input kept in fuzz/crashes/
 	$(BIN)/python -m pip install --quiet 'atheris==3.0.0'
 	@mkdir -p fuzz/crashes; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for target in $(addprefix parsers:,$(FUZZ_FORMATS)) json:; do \
@@ -64,6 +65,9 @@ fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a 
 			tail -n 40 "$$log" >&2; echo "fuzz $$target: exit $$status; a crashing input is kept in fuzz/crashes/" >&2; \
 			exit 1; fi; \
 	done
+	@seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); echo "framing fuzz: $(FRAMING_CASES) cases per parser, seed $$seed"; \
+	MRTR_STATE_FRAMING_CASES=$(FRAMING_CASES) MRTR_STATE_FRAMING_SEED=$$seed \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_proxy_framing.py -k fuzzer
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info

@@ -127,7 +127,11 @@ def test_readiness_follows_the_upstream(tmp_path: Path) -> None:
         keyset, f"http://127.0.0.1:{upstream_port}", "--admin-listen", f"127.0.0.1:{admin}"
     )
     try:
-        assert any("warning: http://127.0.0.1" in line for line in proxy.stderr)  # at start-up
+        deadline = time.monotonic() + 10
+        while not (warned := [e for e in proxy.log if e["event"] == "upstream_unreachable"]):
+            assert time.monotonic() < deadline, proxy.stderr
+            time.sleep(0.02)
+        assert warned[0]["level"] == "warning"  # at start-up
         status, body, _ = admin_get(admin, "/readyz")
         assert status == 503 and "upstream: http://127.0.0.1" in body.decode()
         with serving(ScriptedUpstream(), port=upstream_port):

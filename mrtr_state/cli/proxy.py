@@ -2,14 +2,66 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
-from ._common import App, duration_option, fail, pass_app
+from .._printable import printable
+from ..errors import MrtrStateError
+from ._common import App, duration_option, pass_app
 
 #: Exit code when the proxy cannot listen (address in use, not permitted); see docs/cli.md.
 LISTEN_ERROR = 7
+
+
+class _Say:
+    """Every line the proxy writes: one JSON object (``--json-log``) or one line of text."""
+
+    def __init__(self, json_log: bool) -> None:
+        from ..proxy.log import json_lines
+
+        self.sink: Callable[[dict[str, Any]], None] | None = (
+            json_lines(sys.stderr) if json_log else None
+        )
+
+    def __call__(self, event: str, text: str, level: str = "info", **facts: Any) -> None:
+        if self.sink is not None:
+            self.sink({"event": event, "level": level, **facts})
+        elif level == "info":
+            click.echo(f"mrtr-state proxy: {text}", err=True)
+        else:
+            click.echo(f"{level}: {printable(text)}", err=True)
+
+    def fail(self, message: str, code: int) -> None:
+        """Say why the proxy cannot start, then exit ``code``."""
+        self("error", message, "error", reason=message, exit=code)
+        raise click.exceptions.Exit(code)
+
+    @contextmanager
+    def failures(self) -> Iterator[None]:
+        """With ``--json-log``, a library or usage error before serving is a JSON line too."""
+        if self.sink is None:
+            yield
+            return
+        try:
+            yield
+        except MrtrStateError as err:
+            self.fail(str(err), err.exit_code)
+        except (click.UsageError, ValueError) as err:
+            self.fail(err.format_message() if isinstance(err, click.UsageError) else str(err), 2)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
@@ -64,9 +116,18 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     help="Refuse request bodies over this many bytes (413) before parsing them.",
 )
 @click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    metavar="/PATH",
+    help="Serve this path too (forwarded as sent); only the --upstream URL's own path is "
+    "served otherwise, every other path is 404. Repeatable.",
+)
+@click.option(
     "--json-log",
     is_flag=True,
-    help="Log one JSON line per sealed, verified or refused state and per refused request.",
+    help="Write every line as JSON (ts, level, event): start-up, warnings, shutdown, and one "
+    "line per sealed, verified or refused state and per refused request.",
 )
 @click.option(
     "--admin-listen",
@@ -99,6 +160,7 @@ def proxy_cmd(
     once: bool,
     replay_store: str | None,
     max_body: int,
+    paths: tuple[str, ...],
     json_log: bool,
     admin_listen: str | None,
     drain: int | None,
@@ -126,6 +188,47 @@ def proxy_cmd(
 
     Exit codes: 2 usage, 6 keyset or config problem, 7 cannot listen on the address.
     """
+    say = _Say(json_log)
+    with say.failures():
+        _run(
+            app,
+            say,
+            upstream=upstream,
+            listen=listen,
+            principal_header=principal_header,
+            principal_from=principal_from,
+            allow_anonymous=allow_anonymous,
+            audience=audience,
+            ttl=ttl,
+            once=once,
+            replay_store=replay_store,
+            max_body=max_body,
+            paths=paths,
+            admin_listen=admin_listen,
+            drain=drain,
+            parser=parser,
+        )
+
+
+def _run(
+    app: App,
+    say: _Say,
+    *,
+    upstream: str,
+    listen: str,
+    principal_header: str | None,
+    principal_from: str | None,
+    allow_anonymous: bool,
+    audience: str | None,
+    ttl: int | None,
+    once: bool,
+    replay_store: str | None,
+    max_body: int,
+    paths: tuple[str, ...],
+    admin_listen: str | None,
+    drain: int | None,
+    parser: str,
+) -> None:
     if principal_header and principal_from:
         raise click.UsageError("give --principal-header or --principal-from, not both")
     if not (principal_header or principal_from or allow_anonymous):
@@ -156,7 +259,7 @@ def proxy_cmd(
     keyset.primary("A256GCM")  # fail now, not at the first input_required result
     host, port = _listen(listen)
     admin_address = None if admin_listen is None else _listen(admin_listen, "--admin-listen")
-    log = server.json_lines(sys.stderr) if json_log else None
+    log = say.sink
     metrics = None
     if admin_address is not None:
         from ..proxy.metrics import ProxyMetrics
@@ -180,6 +283,7 @@ def proxy_cmd(
         principal_from_bearer=principal_from == "bearer",
         allow_anonymous=allow_anonymous,
         max_body=max_body,
+        paths=paths,
     )
     admin = admin_sock = None
     try:
@@ -190,14 +294,39 @@ def proxy_cmd(
             admin = AdminApp(keyset, proxy.upstream, metrics)
             admin_sock = server.bind(*admin_address)
     except OSError as err:
-        where = listen if admin is None else f"{admin_address[0]}:{admin_address[1]}"  # type: ignore[index]
-        fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
-    click.echo(
-        f"mrtr-state proxy: http://{listen} -> {proxy.origin} (keyset {keyset.source})", err=True
+        where = (
+            listen if admin is None or admin_address is None else ":".join(map(str, admin_address))
+        )
+        say.fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
+    served = sorted(path.decode("ascii") for path in proxy.paths)
+    say(
+        "start",
+        f"http://{listen} -> {proxy.upstream.url} (serving {', '.join(served)}; keyset "
+        f"{keyset.source})",
+        listen=f"http://{listen}",
+        upstream=proxy.upstream.url,
+        paths=served,
+        keyset=str(keyset.source),
+        http=parser,
     )
+    if principal_header and not _loopback(host):
+        say(
+            "principal_header_exposed",
+            f"--principal-header {principal_header} with --listen {listen}, not a loopback "
+            "address: any client that reaches this address can name any principal. Serve only "
+            "behind the front proxy that sets the header (see docs/proxy.md).",
+            "warning",
+            header=principal_header,
+            listen=listen,
+        )
     unreachable = server.probe_once(proxy.upstream)
     if unreachable is not None:  # a sidecar's server may start later: serve, and say so
-        click.echo(f"warning: {unreachable}; /readyz says not ready until it answers", err=True)
+        say(
+            "upstream_unreachable",
+            f"{unreachable}; /readyz says not ready until it answers",
+            "warning",
+            reason=unreachable,
+        )
     server.serve(
         proxy,
         sock,
@@ -207,3 +336,4 @@ def proxy_cmd(
         admin=admin,
         admin_sock=admin_sock,
     )
+    say("stop", "stopped", reason="signal")

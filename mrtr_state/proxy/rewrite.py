@@ -75,6 +75,8 @@ def _error(id_: Any, code: int, message: str) -> dict[str, Any]:
 
 
 UNPROTECTED = "the proxy could not protect requestState"
+#: "the configured audience", where a caller states none (None states "no audience")
+_CONFIGURED: Any = object()
 #: The name each logged event is counted under.
 _COUNTED = {"verified": "opened"}
 
@@ -118,6 +120,13 @@ class StateGuard:
             line = {"event": event, "format": "aead", "result": result, **facts}
             self._log({**line, "latency_ms": latency})
 
+    def audience_for(self, path: str) -> str:
+        """The audience a state issued on ``path`` is bound to: the configured audience followed
+        by the path (``https://mcp.example.com`` on ``/mcp``: ``https://mcp.example.com/mcp``),
+        or the path alone. A state issued on one path is refused on any other, so one proxy
+        (or one keyset) serving two endpoints keeps their states apart."""
+        return path if self.audience is None else self.audience + path
+
     def note(self, **facts: Any) -> None:
         """One log line about a request (when logging): a refusal, a client gone, an error."""
         if self._log is not None:
@@ -126,12 +135,18 @@ class StateGuard:
     # --- outbound ------------------------------------------------------------------------
 
     def seal_response(
-        self, response: Any, request: Mapping[str, Any] | None, principal: str | None
+        self,
+        response: Any,
+        request: Mapping[str, Any] | None,
+        principal: str | None,
+        audience: str | None = _CONFIGURED,
     ) -> Any:
         """``response`` with its ``requestState`` sealed, if it carries one; else as it is.
 
         ``request`` is the request this response answers (matched by id by the caller). A
         state that cannot be sealed and bound to it is replaced by an error, never passed on.
+        ``audience``: what the state is bound to (the HTTP layer passes
+        :meth:`audience_for` the request's path); by default the configured audience.
         """
         if not _is_response(response):
             return response
@@ -162,7 +177,7 @@ class StateGuard:
                 self.keyset,
                 result["requestState"],
                 principal=principal,
-                audience=self.audience,
+                audience=self.audience if audience is _CONFIGURED else audience,
                 ttl=self.ttl,
                 policy=self.policy,
                 format="aead",
@@ -181,12 +196,13 @@ class StateGuard:
     # --- inbound -------------------------------------------------------------------------
 
     def open_request(
-        self, message: Any, principal: str | None
+        self, message: Any, principal: str | None, audience: str | None = _CONFIGURED
     ) -> tuple[Any | None, dict[str, Any] | None]:
         """``(message to forward, None)``, or ``(None, error response)`` for a refused state.
 
         A request without ``requestState`` passes as it is. Notifications never carry one here:
-        :func:`mrtr_state.proxy.jsonrpc.parse_body` refuses them.
+        :func:`mrtr_state.proxy.jsonrpc.parse_body` refuses them. ``audience`` as for
+        :meth:`seal_response`.
         """
         if not is_request(message):
             return message, None
@@ -204,7 +220,7 @@ class StateGuard:
                 method=method,
                 params=params,
                 principal=principal,
-                audience=self.audience,
+                audience=self.audience if audience is _CONFIGURED else audience,
                 format="aead",
                 once=self.once,
                 policy=self.policy,
@@ -254,9 +270,16 @@ class Exchange:
     :meth:`missing_answers` answers the requests that were left without a response.
     """
 
-    def __init__(self, guard: StateGuard, body: Body | None, principal: str | None) -> None:
+    def __init__(
+        self,
+        guard: StateGuard,
+        body: Body | None,
+        principal: str | None,
+        audience: str | None = _CONFIGURED,
+    ) -> None:
         self.guard = guard
         self.principal = principal
+        self.audience = audience
         self.batch = body is not None and body.batch
         self.requests: dict[tuple[str, Any], Mapping[str, Any]] = {}
         self.refusals: list[dict[str, Any]] = []
@@ -265,7 +288,7 @@ class Exchange:
         self._answered: set[tuple[str, Any]] = set()
         self._dropped = 0
         for message in body.messages if body is not None else ():
-            opened, refusal = guard.open_request(message, principal)
+            opened, refusal = guard.open_request(message, principal, audience)
             if refusal is not None:
                 self.refusals.append(refusal)
                 self.changed = True
@@ -299,7 +322,7 @@ class Exchange:
         request = self.requests.get(key) if key is not None else None
         if key is not None and request is not None:
             self._answered.add(key)
-        return self.guard.seal_response(message, request, self.principal)
+        return self.guard.seal_response(message, request, self.principal, self.audience)
 
     def dropped(self, reason: str) -> None:
         """An event the stream could not inspect was dropped (it never reached the client)."""

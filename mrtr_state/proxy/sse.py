@@ -8,8 +8,9 @@ proportion to its length, however it is cut into chunks.
 Every event with ``data`` must hold strict JSON (a JSON-RPC message or batch): it is handed to
 the rewrite callback, and goes out byte for byte when the callback returns it unchanged, rebuilt
 (its other fields in order, one ``data`` line) when it does not. An event the proxy cannot
-inspect (data that is not strict JSON, or an event over ``max_event`` bytes) is dropped whole
-and reported to ``dropped``: a client never sees what the proxy did not read.
+inspect (a field name the standard does not define, a NUL, bytes that are not UTF-8, data that
+is not strict JSON, or an event over ``max_event`` bytes) is dropped whole and reported to
+``dropped``: a client never sees what the proxy did not read.
 """
 
 from __future__ import annotations
@@ -159,6 +160,11 @@ class EventStream:
         raw, lines = bytes(self._raw), self._lines
         self._raw.clear()
         self._lines = []
+        unread = _unread(raw, lines)
+        if unread is not None:
+            self._passed_raw = False
+            self._dropped(unread)
+            return b""
         data = [_value(line) for line in lines if _field(line) == b"data"]
         self._passed_raw = True
         if not data:
@@ -176,6 +182,31 @@ class EventStream:
         kept = [line for line in lines if _field(line) != b"data"]
         encoded = encode_wire(rewritten)
         return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"  # ends with a blank line
+
+
+#: The field names the standard reads (b"" is a comment); a client ignores any other, or
+#: (a lenient one) reads ``data :`` as data: the proxy passes on neither reading.
+_FIELDS = frozenset({b"", b"data", b"event", b"id", b"retry"})
+
+
+def _unread(raw: bytes, lines: list[bytes]) -> str | None:
+    """Why the proxy cannot be sure it reads an event as every client does, or None.
+
+    A field name the standard does not define (``data :``, `` data``, ``Data``) is ignored by a
+    browser and may be data to another reader; a NUL makes a browser drop an ``id``; bytes that
+    are not UTF-8 are decoded with replacements. Such an event is dropped whole.
+    """
+    for line in lines:
+        name = _field(line)
+        if name not in _FIELDS:
+            return f"an event with a field the proxy does not read ({name[:32]!r})"
+    if b"\x00" in raw:
+        return "an event holding a NUL byte"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "an event that is not UTF-8"
+    return None
 
 
 def _field(line: bytes) -> bytes:

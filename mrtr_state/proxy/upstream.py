@@ -61,6 +61,7 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self.trailing = False  # bytes arrived after the response: never reuse the connection
         self._eof_ends_body = False
+        self._in_head = False
         self._informational = False
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -105,14 +106,18 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.headers = []
         self.read = {}
+        self._in_head = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            return  # a trailer field: nothing is taken from the end of a body
         name, value = name.lower(), value.strip(b" \t")
         self.headers.append((name, value))
         if name in _READ:
             self.read.setdefault(name, []).append(value)
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         status = self.parser.get_status_code()
         if 100 <= status < 200 and status != 101:
             self._informational = True  # 103 Early Hints and the like: wait for the response
@@ -272,6 +277,8 @@ class Upstream:
             raise ValueError(f"--upstream must be an http(s) URL, got {url!r}")
         if parts.username is not None or parts.password is not None:
             raise ValueError("--upstream must not carry a user name or password")
+        if parts.query or parts.fragment or url.endswith(("?", "#")):
+            raise ValueError(f"--upstream must not carry a query or fragment, got {url!r}")
         try:
             port = parts.port
         except ValueError:
@@ -283,6 +290,10 @@ class Upstream:
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = shown if default else f"{shown}:{self.port}"
         self.origin = f"{self.scheme}://{self.authority}"
+        #: the endpoint's path: the one path the proxy serves unless told of more
+        self.path = parts.path or "/"
+        #: the whole upstream URL, as start-up says it
+        self.url = self.origin + self.path
         self._host_header = self.authority.encode("idna" if not self.host.isascii() else "ascii")
         self._ssl: ssl.SSLContext | None = (
             ssl.create_default_context() if parts.scheme == "https" else None

@@ -1,0 +1,316 @@
+"""Strict HTTP/1.1 request framing (RFC 9112), read before uvicorn's parser sees a byte.
+
+Why a reader of our own in front of a trusted parser: framing is where two readers of one byte
+stream disagree, and a disagreement is a request one of them never inspected. llhttp and h11
+each take some malformed requests their own way (h11 frames ``Content-Length`` with
+``Transfer-Encoding`` as chunked and keeps the connection; uvicorn's httptools protocol adds
+chunked trailer fields to the request's headers), and a front proxy may read them a third way.
+So every byte a client sends passes :class:`RequestFramer` first. It hands the parser only
+requests whose framing has exactly one reading under RFC 9112, and refuses the first one that
+has not (:class:`FramingRefusal`): nothing of it, and nothing after it on that connection,
+reaches the parser, the app or the upstream.
+
+Refused, with the reason named:
+
+* a line not ended by CRLF (a bare LF or CR), a line folded onto the one before (obs-fold),
+  a field name that is not a token or is followed by white space, a control character in a
+  field value, a request line that is not ``METHOD SP target SP HTTP/1.x``;
+* ``Content-Length`` with ``Transfer-Encoding``; ``Content-Length`` repeated, a list, signed or
+  not digits; ``Transfer-Encoding`` repeated or anything but ``chunked``, or sent in HTTP/1.0;
+* a chunk line that is not hex digits with well-formed extensions, chunk data not followed by
+  CRLF, and any trailer field (the proxy takes nothing from the end of a body);
+* an HTTP/1.1 request without exactly one ``Host``; ``CONNECT`` (its bytes are a tunnel);
+* a head over :data:`MAX_HEAD` bytes or :data:`MAX_FIELDS` fields (431), a body over the
+  proxy's limit (413), told by ``Content-Length`` or by the chunks' sizes before any is read.
+
+What it hands on is its own reading, written back canonically: the request line and each field
+line as parsed (value without surrounding white space), chunk lines as bare hex sizes, and the
+chunked body's end held back until the (empty) trailer section has been seen. ``Upgrade`` is
+not handed on: the proxy switches no protocol (RFC 9110 section 7.8 lets it ignore the field),
+and llhttp stops parsing at one. After a request that closes the connection, nothing more is
+read. Nothing here does I/O: :mod:`mrtr_state.proxy.server` feeds it from the socket.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MAX_FIELDS", "MAX_HEAD", "FramingRefusal", "RequestFramer"]
+
+#: The largest request head (request line and header section) read, in bytes.
+MAX_HEAD = 32 << 10
+#: The most header fields a request may carry.
+MAX_FIELDS = 128
+#: The longest chunk line (size and extensions) read.
+MAX_CHUNK_LINE = 4096
+
+_TCHAR = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
+_REQUEST_LINE = re.compile(rb"(" + _TCHAR + rb"+) ([\x21-\x7e]+) HTTP/1\.([01])")
+_TOKEN = re.compile(_TCHAR + rb"+")
+# a control character other than HTAB: never in a field value (RFC 9110 section 5.5)
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_DIGITS = re.compile(rb"[0-9]{1,15}")
+# RFC 9112 section 7.1.1: chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS token/quoted-string ] )
+_QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*+"'
+_CHUNK_LINE = re.compile(
+    rb"([0-9A-Fa-f]{1,16})(?:[ \t]*+;[ \t]*+"
+    + _TCHAR
+    + rb"++(?:[ \t]*+=[ \t]*+(?:"
+    + _TCHAR
+    + rb"++|"
+    + _QUOTED
+    + rb"))?+)*+"
+)
+# uri-host [ ":" port ], loosely: the characters a reg-name, an IPv4 or an IP literal may hold
+_HOST = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=%:\[\]]*")
+
+# a LF without its CR, or a CR followed by anything but LF (one at the very end may yet be paired)
+_BARE = re.compile(rb"(?<!\r)\n|\r(?=[^\n])")
+_BARE_LINE_END = "a line of the request does not end with CRLF"
+
+_HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _CLOSED, _REFUSED = range(8)
+
+
+class FramingRefusal(Exception):
+    """A request whose framing the proxy will not read: answered ``status``, then closed."""
+
+    def __init__(self, status: int, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        #: a short, bounded name for metrics and logs
+        self.kind = kind
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+def _bad(reason: str, kind: str = "bad_framing") -> FramingRefusal:
+    return FramingRefusal(400, kind, reason)
+
+
+class RequestFramer:
+    """One connection's request stream: :meth:`feed` it what the socket delivers.
+
+    ``max_body`` is the largest body accepted (the proxy's ``--max-body``). Counters say how far
+    the stream has gone, for a protocol that must answer a refusal only after the requests
+    before it: :attr:`begun` heads handed on, :attr:`complete` requests handed on whole.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_chunked_total",
+        "_closing",
+        "_remaining",
+        "_scanned",
+        "_state",
+        "begun",
+        "complete",
+        "max_body",
+        "refusal",
+    )
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self.begun = 0
+        self.complete = 0
+        #: why the stream was refused, once it was: nothing more is read
+        self.refusal: FramingRefusal | None = None
+        self._state = _HEAD
+        self._buffer = bytearray()
+        self._remaining = 0
+        self._chunked_total = 0
+        self._closing = False
+        self._scanned = 0
+
+    @property
+    def closed(self) -> bool:
+        """A request that ends the connection was handed on, or the stream was refused: the
+        rest is not read."""
+        return self._state >= _CLOSED
+
+    @property
+    def partial(self) -> bool:
+        """A request has been handed on in part (its head, some of its body)."""
+        return self.begun > self.complete
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to hand the parser for ``data``: every whole request (and the part of a
+        body) it completes, possibly none. At the first request that cannot be handed on,
+        :attr:`refusal` says why; what came before it is still returned, nothing after it."""
+        if self._state >= _CLOSED:
+            return b""
+        self._buffer += data
+        out = bytearray()
+        try:
+            self._consume(out)
+        except FramingRefusal as refusal:
+            self.refusal = refusal
+            self._state = _REFUSED
+            self._buffer.clear()
+        return bytes(out)
+
+    def _consume(self, out: bytearray) -> None:
+        buffer = self._buffer
+        while buffer:
+            state = self._state
+            if state in (_BODY, _CHUNK_DATA):
+                take = min(self._remaining, len(buffer))
+                out += buffer[:take]
+                del buffer[:take]
+                self._remaining -= take
+                if self._remaining:
+                    break
+                if state == _BODY:
+                    self._finish()
+                else:
+                    self._state = _CHUNK_END
+            elif state == _HEAD:
+                while buffer[:2] == b"\r\n":  # RFC 9112 s2.2: empty lines before a request
+                    del buffer[:2]
+                    self._scanned = max(0, self._scanned - 2)
+                # from where the last look stopped: a head sent a byte at a time costs linear time
+                stop = buffer.find(b"\r\n\r\n", max(0, self._scanned - 3), MAX_HEAD + 4)
+                if stop < 0 or stop + 4 > MAX_HEAD:
+                    if stop >= 0 or len(buffer) > MAX_HEAD:
+                        raise FramingRefusal(431, "head_too_large", "the request head is too large")
+                    if _BARE.search(buffer, max(0, self._scanned - 1)) is not None:
+                        raise _bad(_BARE_LINE_END, "bare_line_end")  # at once: no end may come
+                    self._scanned = len(buffer)
+                    break
+                self._scanned = 0
+                head = bytes(buffer[:stop])
+                del buffer[: stop + 4]
+                out += self._head(head)
+            elif state == _CHUNK_END:
+                if len(buffer) < 2:
+                    break
+                if buffer[:2] != b"\r\n":
+                    raise _bad("chunk data is not followed by CRLF", "bad_chunk")
+                del buffer[:2]
+                out += b"\r\n"
+                self._state = _CHUNK_SIZE
+            elif state in (_CHUNK_SIZE, _TRAILER):
+                stop = buffer.find(b"\r\n", 0, MAX_CHUNK_LINE + 2)
+                if stop < 0:
+                    if len(buffer) > MAX_CHUNK_LINE:
+                        raise _bad("a chunk line is too long", "bad_chunk")
+                    if b"\n" in buffer or b"\r" in buffer[:-1]:
+                        raise _bad(_BARE_LINE_END, "bare_line_end")
+                    break
+                line = bytes(buffer[:stop])
+                del buffer[: stop + 2]
+                if b"\n" in line or b"\r" in line:
+                    raise _bad(_BARE_LINE_END, "bare_line_end")
+                if state == _CHUNK_SIZE:
+                    out += self._chunk_line(line)
+                elif line:
+                    raise _bad("a chunked body ends with trailer fields", "trailer")
+                else:
+                    out += b"0\r\n\r\n"
+                    self._finish()
+            else:  # closed: what follows is never read
+                buffer.clear()
+
+    def _finish(self) -> None:
+        self.complete += 1
+        self._state = _CLOSED if self._closing else _HEAD
+
+    def _head(self, head: bytes) -> bytes:
+        """Check one request head; return it as the parser gets it, and set up its body."""
+        unpaired = head.replace(b"\r\n", b"")
+        if b"\n" in unpaired or b"\r" in unpaired:
+            raise _bad(_BARE_LINE_END, "bare_line_end")
+        lines = head.split(b"\r\n")
+        request_line = _REQUEST_LINE.fullmatch(lines[0])
+        if request_line is None:
+            raise _bad("the request line is not METHOD SP target SP HTTP/1.0 or HTTP/1.1")
+        method, minor = request_line.group(1), request_line.group(3)
+        if method == b"CONNECT":
+            raise FramingRefusal(405, "method_not_allowed", "CONNECT opens a tunnel; not served")
+        if len(lines) - 1 > MAX_FIELDS:
+            raise FramingRefusal(431, "head_too_large", "the request has too many header fields")
+        fields: list[tuple[bytes, bytes]] = []
+        for line in lines[1:]:
+            if line[:1] in (b" ", b"\t"):
+                raise _bad(
+                    "a header field is folded onto the line before it (obs-fold)", "obs_fold"
+                )
+            name, colon, value = line.partition(b":")
+            if not colon or _TOKEN.fullmatch(name) is None:
+                raise _bad(_name_problem(name, colon), "bad_header")
+            value = value.strip(b" \t")
+            if _CONTROL.search(value) is not None:
+                raise _bad("a header field value holds a control character", "bad_header")
+            fields.append((name, value))
+        values: dict[bytes, list[bytes]] = {}
+        for name, value in fields:
+            values.setdefault(name.lower(), []).append(value)
+        lengths = values.get(b"content-length", [])
+        codings = values.get(b"transfer-encoding", [])
+        hosts = values.get(b"host", [])
+        if lengths and codings:
+            raise _bad("the request has both Content-Length and Transfer-Encoding", "cl_and_te")
+        if len(lengths) > 1:
+            raise _bad("Content-Length appears more than once", "repeated_length")
+        if lengths and _DIGITS.fullmatch(lengths[0]) is None:
+            raise _bad("Content-Length is not a plain decimal number", "bad_length")
+        if len(codings) > 1:
+            raise _bad("Transfer-Encoding appears more than once", "bad_coding")
+        if codings and codings[0].lower() != b"chunked":
+            raise _bad("Transfer-Encoding must be exactly chunked", "bad_coding")
+        if codings and minor == b"0":
+            raise _bad("an HTTP/1.0 request cannot be chunked", "bad_coding")
+        if minor == b"1" and len(hosts) != 1:
+            raise _bad("an HTTP/1.1 request needs exactly one Host field", "bad_host")
+        if any(_HOST.fullmatch(host) is None for host in hosts):
+            raise _bad("the Host field is not a host and port", "bad_host")
+        connection = {
+            option.strip().lower()
+            for value in values.get(b"connection", [])
+            for option in value.split(b",")
+        }
+        keep_alive = b"keep-alive" in connection
+        self._closing = b"close" in connection or (minor == b"0" and not keep_alive)
+        out = [lines[0], b"\r\n"]
+        for name, value in fields:
+            if name.lower() != b"upgrade":
+                out += [name, b": ", value, b"\r\n"]
+        out.append(b"\r\n")
+        self.begun += 1
+        if codings:
+            self._chunked_total = 0
+            self._state = _CHUNK_SIZE
+        elif lengths and int(lengths[0]):
+            size = int(lengths[0])
+            if size > self.max_body:
+                raise FramingRefusal(413, "body_too_large", "request body too large")
+            self._remaining = size
+            self._state = _BODY
+        else:
+            self._finish()
+        return b"".join(out)
+
+    def _chunk_line(self, line: bytes) -> bytes:
+        match = _CHUNK_LINE.fullmatch(line)
+        if match is None:
+            raise _bad("a chunk line is not a hex size with well-formed extensions", "bad_chunk")
+        size = int(match.group(1), 16)
+        if size == 0:
+            self._state = _TRAILER  # the end is handed on once the trailer section is seen
+            return b""
+        self._chunked_total += size
+        if self._chunked_total > self.max_body:
+            raise FramingRefusal(413, "body_too_large", "request body too large")
+        self._remaining = size
+        self._state = _CHUNK_DATA
+        return b"%x\r\n" % size
+
+
+def _name_problem(name: bytes, colon: bytes) -> str:
+    """Why a header field line's name is refused, in words."""
+    if not colon:
+        return "a header line has no colon"
+    if name[-1:] in (b" ", b"\t"):
+        return "a header field name is followed by white space"
+    return "a header field name is not a token"
