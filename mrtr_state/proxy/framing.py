@@ -23,12 +23,16 @@ Refused, with the reason named:
 * a head over :data:`MAX_HEAD` bytes or :data:`MAX_FIELDS` fields (431), a body over the
   proxy's limit (413), told by ``Content-Length`` or by the chunks' sizes before any is read.
 
-What it hands on is its own reading, written back canonically: the request line and each field
-line as parsed (value without surrounding white space), chunk lines as bare hex sizes, and the
-chunked body's end held back until the (empty) trailer section has been seen. ``Upgrade`` is
-not handed on: the proxy switches no protocol (RFC 9110 section 7.8 lets it ignore the field),
-and llhttp stops parsing at one. After a request that closes the connection, nothing more is
-read. Nothing here does I/O: :mod:`mrtr_state.proxy.server` feeds it from the socket.
+What it hands on: each head as received once every line of it has been checked, or written
+canonically (``name: value``) where a framing field has white space llhttp refuses or there is
+an ``Upgrade`` field, which is left out (the proxy switches no protocol, RFC 9110 section 7.8
+lets it ignore the field, and llhttp stops parsing at one); bodies as received; chunk lines
+written back as bare hex sizes (no extension reaches the parser), and the chunked body's end
+held back until the (empty) trailer section has been seen. After a request that closes the
+connection, nothing more is read. The checks run on the whole head at C speed (counts, one
+translate, one regular expression for every field line) and read only the fields that frame
+the request one by one.
+Nothing here does I/O: :mod:`mrtr_state.proxy.server` feeds it from the socket.
 """
 
 from __future__ import annotations
@@ -47,9 +51,15 @@ MAX_CHUNK_LINE = 4096
 _TCHAR = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
 _REQUEST_LINE = re.compile(rb"(" + _TCHAR + rb"+) ([\x21-\x7e]+) HTTP/1\.([01])")
 _TOKEN = re.compile(_TCHAR + rb"+")
-# a control character other than HTAB: never in a field value (RFC 9110 section 5.5)
-_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_DIGITS = re.compile(rb"[0-9]{1,15}")
+# the bytes a head may hold: visible ASCII, obs-text, SP, HTAB and the CRLFs (counted apart);
+# deleting them leaves the control characters, which no head may hold (RFC 9110 section 5.5)
+_HEAD_BYTES = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\t\r\n"
+# every line of a header section, after its CRLF: field-name ":" and a value
+_FIELD_LINES = re.compile(rb"(?:\r\n" + _TCHAR + rb"++:[^\r\n]*+)*+\r\n")
+# the fields that frame a request or the connection, in the lowered header section
+_FRAMING_FIELD = re.compile(
+    rb"\r\n(content-length|transfer-encoding|host|connection|upgrade):([^\r\n]*+)"
+)
 # RFC 9112 section 7.1.1: chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS token/quoted-string ] )
 _QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*+"'
 _CHUNK_LINE = re.compile(
@@ -62,7 +72,7 @@ _CHUNK_LINE = re.compile(
     + rb"))?+)*+"
 )
 # uri-host [ ":" port ], loosely: the characters a reg-name, an IPv4 or an IP literal may hold
-_HOST = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=%:\[\]]*")
+_HOST_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=%:[]"
 
 # a LF without its CR, or a CR followed by anything but LF (one at the very end may yet be paired)
 _BARE = re.compile(rb"(?<!\r)\n|\r(?=[^\n])")
@@ -217,79 +227,84 @@ class RequestFramer:
         self._state = _CLOSED if self._closing else _HEAD
 
     def _head(self, head: bytes) -> bytes:
-        """Check one request head; return it as the parser gets it, and set up its body."""
-        unpaired = head.replace(b"\r\n", b"")
-        if b"\n" in unpaired or b"\r" in unpaired:
+        """Check one request head; return it as the parser gets it, and set up its body.
+
+        Whole-head checks first, each one scan at C speed (line ends, folding, control
+        characters, every field line's shape); then only the fields that frame the request are
+        looked at one by one. A head without ``Upgrade`` goes on as it came, checked.
+        """
+        pairs = head.count(b"\r\n")
+        if head.count(b"\n") != pairs or head.count(b"\r") != pairs:
             raise _bad(_BARE_LINE_END, "bare_line_end")
-        lines = head.split(b"\r\n")
-        request_line = _REQUEST_LINE.fullmatch(lines[0])
+        end = head.find(b"\r\n")
+        request_line = _REQUEST_LINE.fullmatch(head if end < 0 else head[:end])
         if request_line is None:
             raise _bad("the request line is not METHOD SP target SP HTTP/1.0 or HTTP/1.1")
         method, minor = request_line.group(1), request_line.group(3)
         if method == b"CONNECT":
             raise FramingRefusal(405, "method_not_allowed", "CONNECT opens a tunnel; not served")
-        if len(lines) - 1 > MAX_FIELDS:
+        if pairs > MAX_FIELDS:
             raise FramingRefusal(431, "head_too_large", "the request has too many header fields")
-        fields: list[tuple[bytes, bytes]] = []
-        for line in lines[1:]:
-            if line[:1] in (b" ", b"\t"):
-                raise _bad(
-                    "a header field is folded onto the line before it (obs-fold)", "obs_fold"
-                )
-            name, colon, value = line.partition(b":")
-            if not colon or _TOKEN.fullmatch(name) is None:
-                raise _bad(_name_problem(name, colon), "bad_header")
-            value = value.strip(b" \t")
-            if _CONTROL.search(value) is not None:
-                raise _bad("a header field value holds a control character", "bad_header")
-            fields.append((name, value))
-        values: dict[bytes, list[bytes]] = {}
-        for name, value in fields:
-            values.setdefault(name.lower(), []).append(value)
-        lengths = values.get(b"content-length", [])
-        codings = values.get(b"transfer-encoding", [])
-        hosts = values.get(b"host", [])
+        # the header section, each line after its CRLF: "\r\nname:value" ... "\r\n"
+        block = b"\r\n" if end < 0 else head[end:] + b"\r\n"
+        if head.translate(None, _HEAD_BYTES):
+            raise _bad("a header field value holds a control character", "bad_header")
+        if _FIELD_LINES.fullmatch(block) is None:
+            raise _field_problem(block)
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        hosts: list[bytes] = []
+        options: list[bytes] = []
+        rewrite = False
+        # names are case-insensitive, and so is every value read here: read the lowered text
+        for name, raw in _FRAMING_FIELD.findall(block.lower()):
+            value = raw.strip(b" \t")
+            # llhttp refuses some white space RFC 9110 allows (``chunked \t``): a framing
+            # field with more than one SP before its value is handed on written canonically
+            rewrite = rewrite or (raw != value and raw != b" " + value)
+            if name == b"content-length":
+                lengths.append(value)
+            elif name == b"transfer-encoding":
+                codings.append(value)
+            elif name == b"host":
+                hosts.append(value)
+            elif name == b"connection":
+                options += (option.strip() for option in value.split(b","))
+            else:  # Upgrade: never handed on
+                rewrite = True
         if lengths and codings:
             raise _bad("the request has both Content-Length and Transfer-Encoding", "cl_and_te")
         if len(lengths) > 1:
             raise _bad("Content-Length appears more than once", "repeated_length")
-        if lengths and _DIGITS.fullmatch(lengths[0]) is None:
+        if lengths and not (lengths[0].isdigit() and len(lengths[0]) <= 15):
             raise _bad("Content-Length is not a plain decimal number", "bad_length")
         if len(codings) > 1:
             raise _bad("Transfer-Encoding appears more than once", "bad_coding")
-        if codings and codings[0].lower() != b"chunked":
+        if codings and codings[0] != b"chunked":
             raise _bad("Transfer-Encoding must be exactly chunked", "bad_coding")
         if codings and minor == b"0":
             raise _bad("an HTTP/1.0 request cannot be chunked", "bad_coding")
-        if minor == b"1" and len(hosts) != 1:
+        if len(hosts) > 1 or (minor == b"1" and not hosts):
             raise _bad("an HTTP/1.1 request needs exactly one Host field", "bad_host")
-        if any(_HOST.fullmatch(host) is None for host in hosts):
+        if hosts and hosts[0].translate(None, _HOST_BYTES):
             raise _bad("the Host field is not a host and port", "bad_host")
-        connection = {
-            option.strip().lower()
-            for value in values.get(b"connection", [])
-            for option in value.split(b",")
-        }
-        keep_alive = b"keep-alive" in connection
-        self._closing = b"close" in connection or (minor == b"0" and not keep_alive)
-        out = [lines[0], b"\r\n"]
-        for name, value in fields:
-            if name.lower() != b"upgrade":
-                out += [name, b": ", value, b"\r\n"]
-        out.append(b"\r\n")
+        size = int(lengths[0]) if lengths else 0
+        if size > self.max_body:
+            raise FramingRefusal(413, "body_too_large", "request body too large")
+        # uvicorn keeps no HTTP/1.0 connection alive, whatever it asks for
+        self._closing = b"close" in options or minor == b"0"
         self.begun += 1
         if codings:
             self._chunked_total = 0
             self._state = _CHUNK_SIZE
-        elif lengths and int(lengths[0]):
-            size = int(lengths[0])
-            if size > self.max_body:
-                raise FramingRefusal(413, "body_too_large", "request body too large")
+        elif size:
             self._remaining = size
             self._state = _BODY
         else:
             self._finish()
-        return b"".join(out)
+        if rewrite:
+            return _canonical(head)
+        return head + b"\r\n\r\n"
 
     def _chunk_line(self, line: bytes) -> bytes:
         match = _CHUNK_LINE.fullmatch(line)
@@ -307,10 +322,29 @@ class RequestFramer:
         return b"%x\r\n" % size
 
 
-def _name_problem(name: bytes, colon: bytes) -> str:
-    """Why a header field line's name is refused, in words."""
+def _canonical(head: bytes) -> bytes:
+    """A checked head written as ``name: value`` lines, without OWS or ``Upgrade``."""
+    lines = head.split(b"\r\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.lower() != b"upgrade":
+            out.append(name + b": " + value.strip(b" \t"))
+    return b"\r\n".join(out) + b"\r\n\r\n"
+
+
+def _field_problem(block: bytes) -> FramingRefusal:
+    """Why a header section whose lines did not all parse is refused (one line did not)."""
+    line = next(
+        line
+        for line in block.split(b"\r\n")[1:-1]
+        if b":" not in line or _TOKEN.fullmatch(line.partition(b":")[0]) is None
+    )
+    name, colon, _ = line.partition(b":")
+    if line[:1] in (b" ", b"\t"):
+        return _bad("a header field is folded onto the line before (obs-fold)", "obs_fold")
     if not colon:
-        return "a header line has no colon"
+        return _bad("a header line has no colon", "bad_header")
     if name[-1:] in (b" ", b"\t"):
-        return "a header field name is followed by white space"
-    return "a header field name is not a token"
+        return _bad("a header field name is followed by white space", "bad_header")
+    return _bad("a header field name is not a token", "bad_header")
