@@ -48,7 +48,9 @@ __all__ = [
     "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
+    "StateStoreError",
     "TimeWindowError",
+    "UnknownHandle",
     "UnknownKey",
     "WrongFormat",
 ]
@@ -169,6 +171,13 @@ class Replayed(InvalidToken):
     exit_code = 5
 
 
+class UnknownHandle(InvalidToken):
+    """A state handle whose record the store does not hold: never issued, already taken (a
+    handle is single use), or expired. The store cannot tell which, by design: it forgets."""
+
+    code = "unknown_handle"
+
+
 # --- keyset and configuration problems: the operator's to fix (exit 6) -------------------------
 
 
@@ -255,6 +264,14 @@ class ReplayStoreError(MrtrStateError):
 
 #: The JSON-RPC error code of a missing client capability (MCP 2026-07-28).
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+
+
+class StateStoreError(MrtrStateError):
+    """The state-handle store cannot be used now (unreachable, read-only, evicting, a clock
+    beyond the bound): the round fails closed, and no handle is given out."""
+
+    code = "state_store_error"
+    exit_code = 6
 
 
 class CapabilityMissing(MrtrStateError):

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from .errors import MrtrStateError
+from .errors import StateStoreError
 
 __all__ = [
     "AsyncRedisHandleStore",
@@ -29,15 +29,9 @@ __all__ = [
     "RedisHandleStore",
     "StateStoreError",
     "Taken",
+    "awaited",
     "open_handle_store",
 ]
-
-
-class StateStoreError(MrtrStateError):
-    """The state store cannot be used now: the round fails closed (the client gets an error)."""
-
-    code = "state_store_error"
-    exit_code = 6
 
 
 class Taken(NamedTuple):
@@ -296,6 +290,13 @@ class AsyncRedisHandleStore(_RedisBase):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+async def awaited(value: Any) -> Any:
+    """A store's answer, whether its operations are coroutines (Redis) or not (memory)."""
+    import inspect
+
+    return await value if inspect.isawaitable(value) else value
 
 
 def open_handle_store(url: str, *, max_skew: float = 300.0, asyncio: bool = False) -> Any:

@@ -107,6 +107,20 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--audience", "-a", metavar="A", help="Audience bound into every state [config].")
 @duration_option("--ttl", "Lifetime of a sealed state [config ttl; default 300s].")
 @click.option("--once", is_flag=True, help="Accept each state at most once (needs --replay-store).")
+@click.option(
+    "--state-store",
+    metavar="URL",
+    help="Keep each state server-side and give the client a handle: redis://HOST:PORT/DB, "
+    "redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE (or memory: for one "
+    "process). No keyset is needed; handles are single use.",
+)
+@click.option(
+    "--max-state",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="With --state-store: the largest state kept, in bytes (a larger one is withheld).",
+)
 @click.option("--replay-store", metavar="URL", help="sqlite:///PATH or redis://HOST:PORT/DB.")
 @click.option(
     "--max-body",
@@ -159,6 +173,8 @@ def proxy_cmd(
     ttl: int | None,
     once: bool,
     replay_store: str | None,
+    state_store: str | None,
+    max_state: int,
     max_body: int,
     paths: tuple[str, ...],
     json_log: bool,
@@ -202,6 +218,8 @@ def proxy_cmd(
             ttl=ttl,
             once=once,
             replay_store=replay_store,
+            state_store=state_store,
+            max_state=max_state,
             max_body=max_body,
             paths=paths,
             admin_listen=admin_listen,
@@ -223,6 +241,8 @@ def _run(
     ttl: int | None,
     once: bool,
     replay_store: str | None,
+    state_store: str | None,
+    max_state: int,
     max_body: int,
     paths: tuple[str, ...],
     admin_listen: str | None,
@@ -244,6 +264,10 @@ def _run(
         )
     if replay_store and not once:
         raise click.UsageError("--replay-store is used only with --once")
+    if state_store and once:
+        raise click.UsageError(
+            "--state-store handles are single use already: drop --once and --replay-store"
+        )
     try:
         from ..proxy import server
         from ..proxy.app import ProxyApp
@@ -255,8 +279,15 @@ def _run(
     from ..replay import open_store
 
     settings = app.settings(audience=audience, ttl=ttl)
-    keyset = app.keyset(settings)
-    keyset.primary("A256GCM")  # fail now, not at the first input_required result
+    store = None
+    keyset = None
+    if state_store is not None:
+        from ..handle_store import open_handle_store
+
+        store = open_handle_store(state_store, max_skew=settings.max_skew, asyncio=True)
+    else:
+        keyset = app.keyset(settings)
+        keyset.primary("A256GCM")  # fail now, not at the first input_required result
     host, port = _listen(listen)
     admin_address = None if admin_listen is None else _listen(admin_listen, "--admin-listen")
     log = say.sink
@@ -275,6 +306,9 @@ def _run(
         else None,
         log=log,
         metrics=metrics,
+        store=store,
+        max_state=max_state,
+        max_skew=settings.max_skew,
     )
     proxy = ProxyApp(
         guard,
@@ -286,12 +320,13 @@ def _run(
         paths=paths,
     )
     admin = admin_sock = None
+    server.hold_sigterm()  # from the moment clients can connect, a SIGTERM stops it cleanly
     try:
         sock = server.bind(host, port)
         if admin_address is not None and metrics is not None:
             from ..proxy.admin import AdminApp
 
-            admin = AdminApp(keyset, proxy.upstream, metrics)
+            admin = AdminApp(keyset, proxy.upstream, metrics, store=store)
             admin_sock = server.bind(*admin_address)
     except OSError as err:
         where = (
@@ -299,15 +334,23 @@ def _run(
         )
         say.fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
     served = sorted(path.decode("ascii") for path in proxy.paths)
+    if store is not None:
+        from .._redis import shown
+
+        kept = {"state_store": shown(store.url)}
+        where = f"state store {shown(store.url)}"
+    else:
+        assert keyset is not None
+        kept = {"keyset": str(keyset.source)}
+        where = f"keyset {keyset.source}"
     say(
         "start",
-        f"http://{listen} -> {proxy.upstream.url} (serving {', '.join(served)}; keyset "
-        f"{keyset.source})",
+        f"http://{listen} -> {proxy.upstream.url} (serving {', '.join(served)}; {where})",
         listen=f"http://{listen}",
         upstream=proxy.upstream.url,
         paths=served,
-        keyset=str(keyset.source),
         http=parser,
+        **kept,
     )
     if principal_header and not _loopback(host):
         say(

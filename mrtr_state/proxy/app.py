@@ -159,7 +159,8 @@ class ProxyApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                monitor = asyncio.ensure_future(self._watch_keyset())
+                if self.guard.keyset is not None:
+                    monitor = asyncio.ensure_future(self._watch_keyset())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if monitor is not None:
@@ -172,6 +173,7 @@ class ProxyApp:
         """Look at the keyset file every second even when no state passes, so that a file that
         cannot be used is logged (and counted) while it lasts, not only when traffic comes."""
         keyset = self.guard.keyset
+        assert keyset is not None
         while True:
             await asyncio.sleep(KEYSET_CHECK_SECONDS)
             # in a thread: a change that needs the KEK must not stall the event loop (a request
@@ -180,6 +182,9 @@ class ProxyApp:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
+        closing = getattr(self.guard.store, "aclose", None)
+        if closing is not None:
+            await closing()
 
     # --- one request -----------------------------------------------------------------------
 
@@ -259,7 +264,12 @@ class ProxyApp:
             started = time.perf_counter()
             parsed = parse_body(body)
             check_routing_headers(headers, parsed)
-            exchange = Exchange(self.guard, parsed, principal, audience)
+            openings = None
+            if self.guard.store is not None:  # handles: their records taken before anything else
+                waited = time.perf_counter()
+                openings = await self.guard.take(parsed, principal, audience)
+                started += time.perf_counter() - waited  # the store's time is not the proxy's work
+            exchange = Exchange(self.guard, parsed, principal, audience, openings)
             plan = _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
             plan.work = time.perf_counter() - started
             return plan
@@ -344,6 +354,8 @@ class ProxyApp:
         started = time.perf_counter()
         answer = _rewrite_answer(exchange, content)
         plan.work += time.perf_counter() - started
+        if exchange.pending and not await exchange.commit():
+            answer = _rewrite_answer(exchange, content)  # the store failed: states withheld
         headers.append((b"content-length", str(len(answer)).encode("ascii")))
         status = response.status
         if exchange.refusals and not content:  # only notifications went up: 202, no body
@@ -370,9 +382,14 @@ class ProxyApp:
             started = clock()
             out = events.feed(chunk)
             plan.work += clock() - started
+            if exchange.pending and not await exchange.commit():
+                out = b""  # it carried handles the store did not file: its requests get errors
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        await state.finish(events.close() + _as_events(exchange.missing_answers()))
+        last = events.close()
+        if exchange.pending and not await exchange.commit():
+            last = b""
+        await state.finish(last + _as_events(exchange.missing_answers()))
 
 
 class _Progress:

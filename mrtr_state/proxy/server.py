@@ -31,7 +31,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .framing import MAX_HEAD, FramingRefusal, RequestFramer
 
-__all__ = ["TARGET_EXTENSION", "bind", "probe_once", "protocol_class", "serve"]
+__all__ = ["TARGET_EXTENSION", "bind", "hold_sigterm", "probe_once", "protocol_class", "serve"]
 
 #: The ASGI scope extension holding the request target as received (bytes).
 TARGET_EXTENSION = "mrtr_state.request_target"
@@ -191,6 +191,16 @@ class _JsonLogHandler(logging.Handler):
         self._sink({"event": event, **facts, "source": record.name})
 
 
+#: Whether a SIGTERM came while the proxy was starting (see :func:`hold_sigterm`).
+_stop_asked = [False]
+
+
+def hold_sigterm() -> None:
+    """From now on, a SIGTERM asks the proxy to stop once it serves, rather than killing it
+    half-started: an orchestrator stopping a pod during start-up still sees exit 0."""
+    signal.signal(signal.SIGTERM, lambda number, frame: _stop_asked.__setitem__(0, True))
+
+
 def serve(
     app: Any,
     sock: socket.socket,
@@ -251,8 +261,11 @@ def serve(
                 await side
 
     # uvicorn stops on SIGTERM, then raises the signal again for the handler it found: let that
-    # handler be a no-op, so that a drained proxy exits 0 (an orchestrator's normal stop).
-    signal.signal(signal.SIGTERM, lambda number, frame: None)
+    # handler ask for the stop itself (not kill the process), so that a drained proxy exits 0
+    # (an orchestrator's normal stop), and a SIGTERM that comes before uvicorn's own handler is
+    # in place is not lost: the server then stops as soon as it has started.
+    main.should_exit = _stop_asked[0]
+    signal.signal(signal.SIGTERM, lambda number, frame: setattr(main, "should_exit", True))
     loop_factory = config.get_loop_factory()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(run())
