@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,15 @@ def admin_get(port: int, path: str) -> tuple[int, bytes, str]:
     except urllib.error.HTTPError as err:
         with err:
             return err.code, err.read(), err.headers["content-type"]
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 20) -> None:
+    """Wait until ``condition`` holds (the proxy looks at its keyset every second; a loaded
+    machine may take longer than a fixed sleep)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.1)
 
 
 def samples(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -280,11 +289,10 @@ def test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost(
             retry = call("deploy", id_=2, requestState=token)
             assert "error" not in send_raw(proxy.port, request(body=retry)).json()
             ms.Keyset.update(keyset, lambda ks: ks.with_new_key("A256GCM")[0], kek=kek)
-            time.sleep(1.5)
-            assert len(samples(admin)["mrtr_state_keyset_keys"]) == 2  # followed
+            eventually(lambda: len(samples(admin)["mrtr_state_keyset_keys"]) == 2)  # followed
             before = keyset.read_bytes()
             ms.Keyset.convert(keyset, kek=kek, to_kek="passphrase:env:MRTR_TEST_OTHER")
-            time.sleep(2.5)
+            eventually(lambda: admin_get(admin, "/readyz")[0] == 503)
             status, body, _ = admin_get(admin, "/readyz")
             assert status == 503
             assert any(
@@ -294,8 +302,7 @@ def test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost(
             again = call("deploy", id_=3)  # still sealing and opening with the last good keyset
             assert "requestState" in send_raw(proxy.port, request(body=again)).json()["result"]
             keyset.write_bytes(before)
-            time.sleep(1.5)
-            assert admin_get(admin, "/readyz")[0] == 200
+            eventually(lambda: admin_get(admin, "/readyz")[0] == 200)
         finally:
             proxy.stop()
     assert not any("Traceback" in line for line in proxy.stderr), "".join(proxy.stderr)
