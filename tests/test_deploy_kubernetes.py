@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,64 @@ def test_every_dockerfile_passes_hadolint_and_policy(dockerfile: Path) -> None:
     assert users and users[-1].split(":")[0] != "0" and users[-1] != "root"
     assert not re.search(r"^COPY .*\b(keys|tests)\b", text, re.MULTILINE)
     assert not re.search(r"^(ENV|ARG) .*(SECRET|PASSWORD|TOKEN|KEYSET_JSON)", text, re.MULTILINE)
+
+
+LOCKS = {
+    DOCKERFILE: (KUBE / "ops-requirements.txt", ()),
+    PROXY_DOCKERFILE: (ROOT / "deploy" / "container" / "proxy-requirements.txt", ("proxy",)),
+}
+
+
+def locked(lock: Path) -> dict[str, tuple[str, list[str]]]:
+    """``{name: (version, [sha256, ...])}`` of a lock written by scripts/lock_images.py."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    logical = re.sub(r"\\\n\s*", " ", lock.read_text())
+    for line in logical.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        requirement, *options = line.split()
+        name, version = requirement.split("==")
+        digests = [option.removeprefix("--hash=sha256:") for option in options]
+        assert all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests) and digests, line
+        entries[name] = (version, digests)
+    return entries
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, PROXY_DOCKERFILE], ids=["ops", "proxy"])
+def test_every_image_installs_a_hashed_lock_and_nothing_resolved_at_build_time(
+    dockerfile: Path,
+) -> None:
+    """The same commit gives the same image: pip installs only the lock's pinned files (their
+    digests checked, wheels only), then builds the checkout without fetching anything."""
+    from packaging.requirements import Requirement
+
+    text = dockerfile.read_text()
+    lock, extras = LOCKS[dockerfile]
+    installs = re.findall(r"pip install ([^&\n]+?)\s*(?:\\\n|&&|$)", text)
+    assert installs == [
+        f"--no-cache-dir --require-hashes --only-binary=:all: -r /src/{lock.name}",
+        "--no-cache-dir --no-deps --no-build-isolation /src",
+    ]
+    copied = re.search(r"^COPY (.+) /src/$", text, re.MULTILINE)
+    assert copied is not None
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    needed = [
+        str(lock.relative_to(ROOT)),
+        "pyproject.toml",
+        project["project"]["readme"],
+        *project["project"]["license-files"],
+    ]
+    assert sorted(copied.group(1).split()) == sorted(needed)
+    # the lock pins everything the image asks for, within the ranges pyproject.toml allows
+    entries = locked(lock)
+    wanted = list(project["project"]["dependencies"]) + list(project["build-system"]["requires"])
+    for extra in extras:
+        wanted += project["project"]["optional-dependencies"][extra]
+    for spec in map(Requirement, wanted):
+        name = spec.name.lower().replace("_", "-")
+        assert name in entries, name
+        assert spec.specifier.contains(entries[name][0]), (spec, entries[name][0])
+    assert "uvicorn" not in entries or extras  # the ops image carries no HTTP stack
 
 
 def test_the_first_rotation_run_creates_the_keyset_once_and_ships_it(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ every link reaches a file, every error code has its troubleshooting entry, every
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import mrtr_state.errors as errors
@@ -22,11 +23,29 @@ def test_the_readme_is_a_quick_start_under_12_kb() -> None:
     assert "make demo" in README and "make test" in README
 
 
-def test_every_link_of_the_readme_reaches_a_file() -> None:
+def project_urls() -> dict[str, str]:
+    urls: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    return urls
+
+
+def test_every_link_of_the_readme_is_absolute_and_reaches_a_file() -> None:
+    """The README is the package index's page too, where a relative link leads nowhere: every
+    link is the repository's address (pyproject.toml's Source) and names a file of this tree."""
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     assert len(links) >= 15
+    blob = project_urls()["Source"] + "/blob/main/"
     for link in links:
-        assert (ROOT / link).is_file(), link
+        assert link.startswith(blob), link
+        assert (ROOT / link.removeprefix(blob)).is_file(), link
+
+
+def test_the_project_address_is_written_once() -> None:
+    urls = project_urls()
+    source = urls["Source"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", source)
+    for name, url in urls.items():
+        assert url == source or url.startswith(source + "/"), name
+    assert f"repo_url: {source}\n" in (ROOT / "mkdocs.yml").read_text()
 
 
 def test_every_docs_page_is_in_the_navigation() -> None:
@@ -51,3 +70,26 @@ def test_every_error_code_has_its_troubleshooting_entry() -> None:
 def test_the_readme_names_every_command() -> None:
     for name in _COMMANDS:
         assert f"mrtr-state {name}" in README, name
+
+
+def test_every_extra_is_installed_in_the_readme_and_listed_whole() -> None:
+    """Each extra has its `pip install '.[NAME]'` line in the README; every line of the README
+    and the docs that installs an extra and lists what it brings lists all of it."""
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    pages = [README] + [page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))]
+    for extra, specs in extras.items():
+        assert f"pip install '.[{extra}]'" in README, extra
+        packages = [Requirement(spec).name for spec in specs]
+        listing = [
+            line
+            for page in pages
+            for line in page.splitlines()
+            if re.search(rf"\[{extra}\]'", line) and any(p in line for p in packages)
+        ]
+        assert listing, extra
+        for line in listing:
+            assert all(p in line for p in packages), (extra, line)
