@@ -93,3 +93,42 @@ def test_every_extra_is_installed_in_the_readme_and_listed_whole() -> None:
         assert listing, extra
         for line in listing:
             assert all(p in line for p in packages), (extra, line)
+
+
+def environment_variables_read() -> set[str]:
+    """Every environment variable mrtr_state reads by a fixed name: each literal handed to
+    ``os.environ.get``/``os.getenv``/``os.environ[...]`` (or to ``env.get``, the config's view of
+    the environment) and each click ``envvar=``, plus the settings' variables, which the config
+    derives from the names of the settings (``MRTR_STATE_`` and the name in capitals)."""
+    import ast
+
+    import mrtr_state.config as config
+
+    found = {config.ENV_PREFIX + name.upper() for name in config._KNOWN}
+    for path in (ROOT / "mrtr_state").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[ast.expr] = []
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called in ("os.environ.get", "os.getenv", "environ.get", "env.get"):
+                    names = node.args[:1]
+                names += [k.value for k in node.keywords if k.arg == "envvar"]
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+                names = [node.slice]
+            for name in names:
+                elements = name.elts if isinstance(name, ast.List | ast.Tuple) else [name]
+                for element in elements:
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                        found.add(element.value)
+                    elif isinstance(element, ast.Name) and hasattr(config, element.id):
+                        found.add(getattr(config, element.id))  # KEYSET_JSON_ENV and the like
+    return found
+
+
+def test_every_environment_variable_the_code_reads_is_documented() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    read = environment_variables_read()
+    assert {"MRTR_STATE_ROTATE_EVERY", "MRTR_STATE_CONFIG", "MRTR_STATE_KEYSET_JSON"} <= read
+    assert {"NO_COLOR", "TERM"} <= read
+    missing = sorted(name for name in read if not re.search(rf"`{name}(=[^`]*)?`", page))
+    assert missing == []
