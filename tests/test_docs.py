@@ -4,7 +4,10 @@ every link reaches a file, every error code has its troubleshooting entry, every
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -88,7 +91,8 @@ def test_every_extra_is_installed_in_the_readme_and_listed_whole() -> None:
             line
             for page in pages
             for line in page.splitlines()
-            if re.search(rf"\[{extra}\]'", line) and any(p in line for p in packages)
+            if re.search(rf"\[{extra}\]'", line)
+            and sum(p in line for p in packages) >= min(2, len(packages))  # a list, not a name
         ]
         assert listing, extra
         for line in listing:
@@ -132,3 +136,85 @@ def test_every_environment_variable_the_code_reads_is_documented() -> None:
     assert {"NO_COLOR", "TERM"} <= read
     missing = sorted(name for name in read if not re.search(rf"`{name}(=[^`]*)?`", page))
     assert missing == []
+
+
+# --- every error message has its troubleshooting entry ---------------------------------------
+
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text()
+
+
+def test_every_error_message_the_code_can_print_is_on_the_troubleshooting_page() -> None:
+    """Each message (tests/messages.py finds them in the source) has one entry of the page, a
+    table row or a paragraph, holding each of its fixed parts verbatim and in order."""
+    from .messages import documented, entries, unique_messages
+
+    places = entries(TROUBLESHOOTING)
+    found = unique_messages()
+    missing = [f"{m.path}:{m.line}: {m}" for m in found if not documented(m, places)]
+    assert missing == [], "\n".join(missing)
+
+
+def test_the_message_finder_finds_what_it_must() -> None:
+    """The finder reads literals, f-strings, module constants, local variables, helper functions
+    and both branches of a choice; and an entry must hold a message's parts in order."""
+    from .messages import Message, documented, entries, unique_messages
+
+    texts = {" ... ".join(m.parts) for m in unique_messages()}
+    assert len(texts) > 300
+    for expected in (
+        "ttl ... s exceeds the ttl cap ... s",  # policy.py: an f-string
+        "authentication tag mismatch (tampered, truncated or forged)",  # a module constant
+        "no token: the TOKEN argument is empty",  # a constant inside an f-string
+        "the token on stdin is over the ... -byte size cap",  # a local variable's two values
+        "--ttl must be at least 1s",  # the other branch of a choice
+        "fix it with: chmod 600",  # a helper function's return
+        "single use refused: this token never expires, beyond the ... s the replay store remembers",
+    ):
+        assert expected in texts, expected
+    message = Message("x.py", 1, "ValueError", ("a is", "b"))
+    assert documented(message, entries("`a is 1 b`\n\nother"))
+    assert not documented(message, entries("`b then a is`"))
+    assert not documented(message, entries("`a is 1`\n\n`b`"))  # two entries are not one
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "mrtr_state", *args],
+        env={**environment, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _on_the_page(stderr: str, **placeholders: str) -> str:
+    """The one error line of ``stderr``, with its variable parts spelled as the page spells
+    them; it must be on the page as it is."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    message = line.removeprefix("error: ")
+    for value, name in placeholders.items():
+        message = message.replace(name, value)
+    assert message in " ".join(TROUBLESHOOTING.replace("`", "").split()), message
+    return message
+
+
+def test_the_0644_keyset_message_is_on_the_page_verbatim(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    assert _cli("--keyset", str(keyset), "keys", "init").returncode == 0
+    keyset.chmod(0o644)
+    done = _cli("--keyset", str(keyset), "keys", "list")
+    assert done.returncode == 6
+    message = _on_the_page(done.stderr, P=str(keyset), **{"uid 1000": f"uid {os.geteuid()}"})
+    assert "has mode 0644" in message and "fix it with: chmod 600 P" in message
+
+
+def test_the_ttl_over_the_cap_message_is_on_the_page_verbatim(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    assert _cli("--keyset", str(keyset), "keys", "init").returncode == 0
+    for command in (["mint", "--state", "1"], ["rotate"]):
+        done = _cli("--keyset", str(keyset), *command, env={"MRTR_STATE_TTL": "2h"})
+        assert done.returncode == 6, done.stderr
+        message = _on_the_page(done.stderr)
+        assert message == "invalid settings: ttl 7200 s exceeds the ttl cap 3600 s"
