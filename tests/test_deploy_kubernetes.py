@@ -478,7 +478,7 @@ def test_install_sh_fails_fast_when_the_bootstrap_job_fails(tmp_path: Path) -> N
 def test_install_sh_gives_up_at_its_timeout(tmp_path: Path) -> None:
     stuck, log, took = run_install(tmp_path, outcome="", BOOTSTRAP_TIMEOUT="3")
     assert stuck.returncode == 1 and "has not finished after 3 s" in stuck.stderr
-    assert 3 <= took < 30
+    assert 2 <= took < 30  # bash counts SECONDS in whole seconds
     assert not [line for line in log if "deployment.yaml" in line]
 
 
