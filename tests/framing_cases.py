@@ -63,6 +63,8 @@ DEFECTS = {
     "two_hosts": 400,
     "bad_request_line": 400,
     "http10_chunked": 400,
+    "proxy_connection": 400,
+    "method_not_served": 405,
 }
 
 
@@ -178,6 +180,8 @@ def build_request(rng: random.Random, marker: str, last: bool) -> Request:
         fields.append((b"X-Trace", f"t-{rng.randrange(10**6)}".encode()))
     if rng.random() < 0.3:
         fields.append((b"Mcp-Session-Id", f"s-{marker}".encode()))
+    if defect == "proxy_connection":
+        fields.append((b"Proxy-Connection", rng.choice([b"close", b"keep-alive"])))
     if closes and version == b"1.1":
         fields.append((b"Connection", b"close"))
     elif rng.random() < 0.2:
@@ -230,6 +234,10 @@ def build_request(rng: random.Random, marker: str, last: bool) -> Request:
         index = rng.randrange(len(lines))
         lines[index] = lines[index] + rng.choice([b"\x01", b"\x7f", b"\x00", b"\x0b"]) + b"x"
     request_line = b"POST /mcp HTTP/" + version
+    if defect == "method_not_served":
+        request_line = (
+            rng.choice([b"post", b"Post", b"PUT", b"PATCH", b"OPTIONS"]) + request_line[4:]
+        )
     if defect == "bad_request_line":
         request_line = rng.choice(
             [b"POST  /mcp HTTP/1.1", b"POST /mcp HTTP/1.2", b"POST /mcp  HTTP/1.1", b"POST /mcp"]

@@ -169,6 +169,15 @@ class NaiveServer:
 
 
 PLAIN = "PLAIN-STATE-eyJzZWNyZXQiOnRydWV9"
+#: Messages a client may read as a response while the proxy, by its first reading, would not.
+_ODD_MESSAGES: dict[str, dict[str, Any]] = {
+    "method-null": {"method": None},
+    "method-number": {"method": 1},
+    "method-null-sse": {"method": None},
+    "id-upper": {"ID": 41},
+    "id-upper-sse": {"ID": 41},
+    "id-upper-batch": {"Id": 41},
+}
 #: Events whose data field a lenient client may read and a browser does not: what precedes
 #: the JSON-RPC message in each.
 _ODD_EVENTS = {
@@ -177,6 +186,14 @@ _ODD_EVENTS = {
     "sse-upper": b"Data: ",
     "sse-nul": b": \x00\ndata: ",
     "sse-not-utf8": b": \xff\xfe\ndata: ",
+    # a comment or id a client splitting lines as str.splitlines does reads as data
+    "sse-ls-comment": b": x\xe2\x80\xa8data: ",
+    "sse-ps-comment": b": x\xe2\x80\xa9data: ",
+    "sse-nel-comment": b": x\xc2\x85data: ",
+    "sse-ff-comment": b": x\x0cdata: ",
+    "sse-vt-comment": b": x\x0bdata: ",
+    "sse-rs-comment": b": x\x1edata: ",
+    "sse-ls-id": b"id: 7\xe2\x80\xa8data: ",
 }
 
 
@@ -196,6 +213,8 @@ class ScriptedUpstream:
     none), ``latin1-json`` (a charset other than UTF-8). Events a lenient client may read as data:
     ``sse-data-space`` (``data :``), ``sse-space-data`` (`` data:``), ``sse-upper`` (``Data:``),
     ``sse-nul`` (a NUL in the event), ``sse-not-utf8`` (bytes that are not UTF-8 in a comment).
+    Messages some client reads as a response: ``method-null``, ``method-number`` (a method
+    beside the result), ``id-upper`` (``ID``), as JSON, in an event (``-sse``) or a batch.
     A GET opens a stream that stays open until the connection goes away.
     """
 
@@ -275,6 +294,15 @@ class ScriptedUpstream:
             content_type = b""
         elif name == "latin1-json":
             content_type = b"application/json; charset=iso-8859-1"
+        elif name in _ODD_MESSAGES:  # read as a response by some client, as a request by others
+            odd = {"jsonrpc": "2.0", **_ODD_MESSAGES[name], "result": state}
+            if "method" in odd:
+                odd["id"] = id_
+            payload = json.dumps(odd).encode()
+            if name.endswith("-sse"):
+                payload, content_type = b"data: " + payload + b"\n\n", b"text/event-stream"
+            elif name.endswith("-batch"):
+                payload = b"[" + payload + b"]"
         elif name in _ODD_EVENTS:
             payload = _ODD_EVENTS[name] + self._result(id_, **state) + b"\n\n"
             content_type = b"text/event-stream"

@@ -140,6 +140,14 @@ def test_the_framer_hands_on_what_it_has_read(stream: bytes, expected: bytes) ->
         (head(b"Host: p", line=b"POST /mcp HTTP/2.0"), 400, "bad_framing"),
         (head(b"Host: p", line=b"POST /m\x80cp HTTP/1.1"), 400, "bad_framing"),
         (head(b"Host: p", line=b"CONNECT p:443 HTTP/1.1"), 405, "method_not_allowed"),
+        (head(b"Host: p", line=b"post /mcp HTTP/1.1"), 405, "method_not_allowed"),
+        (head(b"Host: p", line=b"PUT /mcp HTTP/1.1"), 405, "method_not_allowed"),
+        (head(b"Host: p", b"Proxy-Connection: close"), 400, "proxy_connection"),
+        (
+            head(b"Host: p", b"Transfer-Encoding: chunked") + b"1\r\nx\r\n" * 4097,
+            400,
+            "too_many_chunks",
+        ),
         (
             head(b"Host: p", b"Transfer-Encoding: chunked")
             + b"2\r\n{}\r\n0\r\nX-Forwarded-User: v\r\n\r\n",
@@ -152,7 +160,7 @@ def test_the_framer_hands_on_what_it_has_read(stream: bytes, expected: bytes) ->
         (head(b"Host: p", b"Transfer-Encoding: chunked") + b'2;a="b\r\n{}\r\n', 400, "bad_chunk"),
         (head(b"Host: p", b"Transfer-Encoding: chunked") + b"2\r\n{}XX", 400, "bad_chunk"),
         (head(b"Host: p", b"Transfer-Encoding: chunked") + b"2\n{}\r\n", 400, "bare_line_end"),
-        (head(b"Host: p", b"Transfer-Encoding: chunked") + b"1" * 5000, 400, "bad_chunk"),
+        (head(b"Host: p", b"Transfer-Encoding: chunked") + b"1" * 1100, 400, "bad_chunk"),
         (head(b"Host: p", b"Content-Length: %d" % ((1 << 20) + 1)), 413, "body_too_large"),
         (head(b"Host: p", b"Transfer-Encoding: chunked") + b"100001\r\n", 413, "body_too_large"),
         (b"POST /mcp HTTP/1.1\r\nHost: p\r\nX: " + b"a" * MAX_HEAD, 431, "head_too_large"),
@@ -537,3 +545,179 @@ def test_a_proxy_that_cannot_start_says_why_in_json(tmp_path: Path) -> None:
         query.returncode == 2
         and "query" in json.loads(query.stderr.strip().splitlines()[-1])["reason"]
     )
+
+
+# --- what an attacker's review found (each was reproduced, then fixed) -----------------------
+
+
+def test_a_state_is_bound_to_the_query_too(tmp_path: Path) -> None:
+    """A state sealed on /mcp is refused on /mcp?tenant=b: an upstream may route on the query."""
+    import httpx
+
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    upstream = NaiveServer()
+    with serving(upstream) as upstream_url:
+        proxy = ProxyProcess(keyset, upstream_url)
+        try:
+            base = f"http://127.0.0.1:{proxy.port}/mcp"
+            user = {"X-Forwarded-User": "alice", "Accept": "application/json, text/event-stream"}
+            first = call("deploy", arguments={"env": "prod"})
+            answer = httpx.post(base, json=first, headers=user).json()
+            retry = call("deploy", id_=2, arguments={"env": "prod"})
+            retry["params"]["requestState"] = answer["result"]["requestState"]
+            other = httpx.post(base + "?tenant=b", json=retry, headers=user).json()
+            assert other["error"]["code"] == -32602 and upstream.retries() == []
+            assert httpx.post(base, json=retry, headers=user).json()["result"]
+        finally:
+            proxy.stop()
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind"),
+    [
+        ((b"Mcp-Session-Id: a", b"Mcp-Session-Id: b"), "header_twice"),
+        (
+            (b"MCP-Protocol-Version: 2026-07-28", b"mcp-protocol-version: 2025-06-18"),
+            "header_twice",
+        ),
+        ((b"Authorization: Bearer a", b"Authorization: Bearer b"), "header_twice"),
+        ((b"X_Forwarded_User: bob",), "principal_spelled_twice"),
+        ((b"Connection: x-forwarded-user",), "principal_hop_by_hop"),
+    ],
+    ids=["session-twice", "version-twice", "credential-twice", "underscore", "hop-by-hop"],
+)
+def test_headers_the_upstream_could_read_otherwise_are_refused(
+    rig: tuple[ProxyProcess, RecordingUpstream], fields: tuple[bytes, ...], kind: str
+) -> None:
+    proxy, upstream = rig
+    before = len(upstream.requests)
+    stream = head(b"Host: p", USER.strip(), *fields, b"Content-Length: %d" % len(NOTE)) + NOTE
+    assert (
+        exchange(
+            proxy.port,
+            stream.replace(b"Host: p", b"Host: p\r\nConnection: close", 1)
+            if b"Connection:" not in stream
+            else stream,
+            cut=False,
+        )[0]
+        == 400
+    )
+    assert settle(upstream, before) == 0
+    assert proxy.last_log(1)[-1]["kind"] == kind
+
+
+def raw_upstream(answer: bytes) -> tuple[socket.socket, str]:
+    """An upstream that answers every connection with ``answer`` (raw bytes), then closes."""
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+                head, _, body = received.partition(b"\r\n\r\n")
+                if b"content-length:" not in head.lower():
+                    continue  # the proxy's start-up probe: a connection and no request
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(body) < length:
+                    body += connection.recv(65536)
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+PLAIN_ANSWER = (
+    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"PLAIN"}}'
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 999 X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(PLAIN_ANSWER), PLAIN_ANSWER),
+        b"HTTP/1.1 600 X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(PLAIN_ANSWER), PLAIN_ANSWER),
+        # a text/plain answer, then a second response head in the same write: the first
+        # response's own type decides (a 502), not the second's
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"
+        % (len(PLAIN_ANSWER), PLAIN_ANSWER),
+    ],
+    ids=["status-999", "status-600", "two-responses"],
+)
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_an_upstream_answer_outside_http_is_a_502(
+    tmp_path: Path, answer: bytes, parser: str
+) -> None:
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    server, url = raw_upstream(answer)
+    proxy = ProxyProcess(keyset, url, parser=parser)
+    try:
+        body = json.dumps(call("deploy")).encode()
+        raw = head(
+            b"Host: p", USER.strip(), b"Connection: close", b"Content-Length: %d" % len(body)
+        )
+        reply = Reply(send_raw_close(proxy.port, raw.replace(b"Connection: close\r\n", b"") + body))
+        assert reply.status == 502 and b"PLAIN" not in reply.raw
+    finally:
+        proxy.stop()
+        server.close()
+    assert not any("Traceback" in line or "KeyError" in line for line in proxy.stderr)
+
+
+def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> None:
+    """An idle connection, a head sent a byte at a time, and empty lines sent now and then
+    (which held uvicorn's keep-alive timer off): none holds a connection for ever."""
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    with serving(RecordingUpstream(), http="h11") as upstream_url:
+        proxy = ProxyProcess(keyset, upstream_url, "--head-timeout", "1s")
+        try:
+            idle = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+            slow = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+            slow.sendall(b"POST /mcp HTTP/1.1\r\nHost:")
+            started = time.monotonic()
+            for sock in (idle, slow):
+                received = b""
+                while chunk := sock.recv(4096):
+                    received += chunk
+                assert received.startswith(b"HTTP/1.1 408 ")
+                sock.close()
+            assert time.monotonic() - started < 8
+            # after an answer, empty lines do not keep the connection open (keep-alive: 5 s)
+            kept = socket.create_connection(("127.0.0.1", proxy.port), timeout=15)
+            kept.sendall(head(b"Host: p", USER.strip(), b"Content-Length: %d" % len(NOTE)) + NOTE)
+            assert kept.recv(4096).startswith(b"HTTP/1.1 202")
+            kept.settimeout(0.5)
+            closed_at = None
+            deadline = time.monotonic() + 12
+            while closed_at is None and time.monotonic() < deadline:
+                try:
+                    kept.sendall(b"\r\n")
+                    if kept.recv(4096) == b"":
+                        closed_at = time.monotonic()
+                except TimeoutError:
+                    pass
+                except OSError:
+                    closed_at = time.monotonic()
+            kept.close()
+            assert closed_at is not None, "empty lines held the connection open"
+        finally:
+            proxy.stop()
+    refused = [e for e in proxy.log if e.get("kind") == "head_timeout"]
+    assert len(refused) == 2 and refused[0]["status"] == 408

@@ -150,6 +150,11 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     "it off the network clients reach.",
 )
 @duration_option(
+    "--head-timeout",
+    "How long a new connection may take to send its first request head before it is answered "
+    "408 and closed [default 10s].",
+)
+@duration_option(
     "--drain",
     "On SIGTERM, how long requests in flight (streams too) may take to finish [default 10s].",
 )
@@ -179,6 +184,7 @@ def proxy_cmd(
     paths: tuple[str, ...],
     json_log: bool,
     admin_listen: str | None,
+    head_timeout: int | None,
     drain: int | None,
     parser: str,
 ) -> None:
@@ -223,6 +229,7 @@ def proxy_cmd(
             max_body=max_body,
             paths=paths,
             admin_listen=admin_listen,
+            head_timeout=head_timeout,
             drain=drain,
             parser=parser,
         )
@@ -246,6 +253,7 @@ def _run(
     max_body: int,
     paths: tuple[str, ...],
     admin_listen: str | None,
+    head_timeout: int | None,
     drain: int | None,
     parser: str,
 ) -> None:
@@ -378,5 +386,6 @@ def _run(
         drain=10 if drain is None else max(1, drain),
         admin=admin,
         admin_sock=admin_sock,
+        head_timeout=server.HEAD_TIMEOUT if head_timeout is None else max(1, head_timeout),
     )
     say("stop", "stopped", reason="signal")

@@ -84,6 +84,16 @@ _NOT_FORWARDED = frozenset(
         b"http2-settings",
     }
 )
+#: Request headers an upstream reads one value of: never forwarded twice.
+_ONCE = frozenset(
+    {
+        b"mcp-session-id",
+        b"mcp-protocol-version",
+        b"last-event-id",
+        b"authorization",
+        b"content-type",
+    }
+)
 _JSON = b"application/json"
 _EVENTS = b"text/event-stream"
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
@@ -255,7 +265,8 @@ class ProxyApp:
         target, path = _target(scope)
         if path not in self.paths:
             raise Refusal(404, INVALID_REQUEST, "no MCP endpoint at this path", "not_found")
-        audience = self.guard.audience_for(path.decode("ascii"))
+        # bound to the whole target: an upstream may route on the query as well as the path
+        audience = self.guard.audience_for(target.decode("ascii"))
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         principal = self._principal(headers)
         forwarded = _forwarded(headers)
@@ -303,6 +314,25 @@ class ProxyApp:
         name = self.principal_header
         if name is None and not self.principal_from_bearer:
             return None
+        read = name or b"authorization"
+        for other, value in headers:
+            # a server behind a CGI-style gateway reads X_Forwarded_User as X-Forwarded-User,
+            # and a header the Connection header lists is removed before the upstream sees it:
+            # either way the upstream would not see the principal the proxy bound the state to
+            if other != read and other.replace(b"_", b"-") == read:
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    f"a header is spelled {other!r} beside {read!r}",
+                    "principal_spelled_twice",
+                )
+            if other == b"connection" and read in _options([value]):
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    "the Connection header lists the principal's header",
+                    "principal_hop_by_hop",
+                )
         values = [v for k, v in headers if k == (name or b"authorization")]
         if len(values) > 1:
             what = name.decode("latin-1") if name else "authorization"
@@ -500,7 +530,20 @@ def _target(scope: Scope) -> tuple[bytes, bytes]:
 
 
 def _forwarded(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request headers the upstream gets: end-to-end ones only, framing set by the proxy."""
+    """The request headers the upstream gets: end-to-end ones only, framing set by the proxy.
+    A header the upstream takes one value of (the session, the protocol version, the
+    credential) given twice is refused: one reader takes the first, another the last."""
+    single: set[bytes] = set()
+    for name, _ in headers:
+        if name in _ONCE:
+            if name in single:
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    f"the {name.decode()} header appears twice",
+                    "header_twice",
+                )
+            single.add(name)
     out = [(name, value) for name, value in headers if name not in _NOT_FORWARDED]
     if any(name == b"connection" for name, _ in headers):
         listed = _options(v for n, v in headers if n == b"connection")

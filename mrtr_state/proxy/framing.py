@@ -19,7 +19,9 @@ Refused, with the reason named:
   not digits; ``Transfer-Encoding`` repeated or anything but ``chunked``, or sent in HTTP/1.0;
 * a chunk line that is not hex digits with well-formed extensions, chunk data not followed by
   CRLF, and any trailer field (the proxy takes nothing from the end of a body);
-* an HTTP/1.1 request without exactly one ``Host``; ``CONNECT`` (its bytes are a tunnel);
+* an HTTP/1.1 request without exactly one ``Host``; ``Proxy-Connection`` (llhttp reads it as
+  ``Connection``, h11 does not); more than :data:`MAX_CHUNKS` chunks in one body;
+* a method other than ``POST``, ``GET`` and ``DELETE`` (405; ``CONNECT``'s bytes are a tunnel);
 * a head over :data:`MAX_HEAD` bytes or :data:`MAX_FIELDS` fields (431), a body over the
   proxy's limit (413), told by ``Content-Length`` or by the chunks' sizes before any is read.
 
@@ -46,7 +48,13 @@ MAX_HEAD = 32 << 10
 #: The most header fields a request may carry.
 MAX_FIELDS = 128
 #: The longest chunk line (size and extensions) read.
-MAX_CHUNK_LINE = 4096
+MAX_CHUNK_LINE = 1024
+#: The most chunks one body may come in: each costs the framer and the parser work of its own
+#: (a body sent a byte per chunk would buy seconds of CPU with a few megabytes).
+MAX_CHUNKS = 4096
+#: The methods the proxy serves (RFC 9110: case-sensitive); llhttp refuses some other tokens
+#: (``post``) itself and h11 none, so the framer answers every other one, the same way.
+METHODS = (b"POST", b"GET", b"DELETE")
 
 _TCHAR = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
 _REQUEST_LINE = re.compile(rb"(" + _TCHAR + rb"+) ([\x21-\x7e]+) HTTP/1\.([01])")
@@ -58,7 +66,8 @@ _HEAD_BYTES = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\t\r\n"
 _FIELD_LINES = re.compile(rb"(?:\r\n" + _TCHAR + rb"++:[^\r\n]*+)*+\r\n")
 # the fields that frame a request or the connection, in the lowered header section
 _FRAMING_FIELD = re.compile(
-    rb"\r\n(content-length|transfer-encoding|host|connection|upgrade):([^\r\n]*+)"
+    rb"\r\n(content-length|transfer-encoding|host|connection|upgrade|proxy-connection)"
+    rb":([^\r\n]*+)"
 )
 # RFC 9112 section 7.1.1: chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS token/quoted-string ] )
 _QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*+"'
@@ -110,6 +119,7 @@ class RequestFramer:
     __slots__ = (
         "_buffer",
         "_chunked_total",
+        "_chunks",
         "_closing",
         "_remaining",
         "_scanned",
@@ -130,6 +140,7 @@ class RequestFramer:
         self._buffer = bytearray()
         self._remaining = 0
         self._chunked_total = 0
+        self._chunks = 0
         self._closing = False
         self._scanned = 0
 
@@ -155,10 +166,14 @@ class RequestFramer:
         try:
             self._consume(out)
         except FramingRefusal as refusal:
-            self.refusal = refusal
-            self._state = _REFUSED
-            self._buffer.clear()
+            self.refuse(refusal)
         return bytes(out)
+
+    def refuse(self, refusal: FramingRefusal) -> None:
+        """Refuse the stream from here on (a refusal found by the caller: a head too slow)."""
+        self.refusal = refusal
+        self._state = _REFUSED
+        self._buffer.clear()
 
     def _consume(self, out: bytearray) -> None:
         buffer = self._buffer
@@ -241,8 +256,9 @@ class RequestFramer:
         if request_line is None:
             raise _bad("the request line is not METHOD SP target SP HTTP/1.0 or HTTP/1.1")
         method, minor = request_line.group(1), request_line.group(3)
-        if method == b"CONNECT":
-            raise FramingRefusal(405, "method_not_allowed", "CONNECT opens a tunnel; not served")
+        if method not in METHODS:  # CONNECT among them: its bytes are a tunnel
+            shown = method[:16].decode("ascii")
+            raise FramingRefusal(405, "method_not_allowed", f"method not allowed ({shown!r})")
         if pairs > MAX_FIELDS:
             raise FramingRefusal(431, "head_too_large", "the request has too many header fields")
         # the header section, each line after its CRLF: "\r\nname:value" ... "\r\n"
@@ -270,6 +286,8 @@ class RequestFramer:
                 hosts.append(value)
             elif name == b"connection":
                 options += (option.strip() for option in value.split(b","))
+            elif name == b"proxy-connection":  # llhttp reads it as Connection; h11 ignores it
+                raise _bad("Proxy-Connection is not HTTP/1.1; send Connection", "proxy_connection")
             else:  # Upgrade: never handed on
                 rewrite = True
         if lengths and codings:
@@ -295,7 +313,7 @@ class RequestFramer:
         self._closing = b"close" in options or minor == b"0"
         self.begun += 1
         if codings:
-            self._chunked_total = 0
+            self._chunked_total = self._chunks = 0
             self._state = _CHUNK_SIZE
         elif size:
             self._remaining = size
@@ -315,8 +333,11 @@ class RequestFramer:
             self._state = _TRAILER  # the end is handed on once the trailer section is seen
             return b""
         self._chunked_total += size
+        self._chunks += 1
         if self._chunked_total > self.max_body:
             raise FramingRefusal(413, "body_too_large", "request body too large")
+        if self._chunks > MAX_CHUNKS:
+            raise _bad(f"a chunked body in more than {MAX_CHUNKS} chunks", "too_many_chunks")
         self._remaining = size
         self._state = _CHUNK_DATA
         return b"%x\r\n" % size

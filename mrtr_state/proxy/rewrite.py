@@ -212,16 +212,20 @@ class StateGuard:
         store, the new record joins ``filing`` (filed before the answer is sent), or the state
         is withheld once the store failed for the exchange.
         """
-        if not _is_response(response):
+        if type(response) is not dict:
             return response
         result = response.get("result")
+        # every message is looked at: a member spelled in another case ("ID", "Result"), or a
+        # "method" beside a "result", is a message some client reads as a response
         odd = ambiguous_member(response, "message")
-        if odd is None and type(result) is dict:
+        if odd is None and "method" in response and "result" in response:
+            odd = "method"
+        if odd is None:
+            if type(result) is not dict:
+                return response
             odd = ambiguous_member(result, "result")
             if odd is None and "requestState" not in result:
                 return response
-        elif odd is None:
-            return response
         started = time.perf_counter()
         method = request.get("method") if request is not None else None
         why = _unsealable(result, odd, method)
@@ -410,6 +414,8 @@ class StateGuard:
 def _unsealable(result: Any, odd: str | None, method: Any) -> tuple[str, str] | None:
     """(code, reason) why the state in ``result`` cannot be sealed for a request of ``method``,
     or None."""
+    if odd == "method":
+        return "ambiguous_message", "the message has both a method and a result"
     if odd is not None:
         return (
             "ambiguous_member",
@@ -489,12 +495,14 @@ class Exchange:
         if type(message) is list:
             out = [self.rewrite(item) for item in message]
             return message if all(a is b for a, b in zip(out, message, strict=True)) else out
-        if not _is_response(message):
+        if type(message) is not dict:
             return message
-        try:
-            key: tuple[str, Any] | None = id_key(message["id"])
-        except Refusal:
-            key = None
+        key: tuple[str, Any] | None = None
+        if _is_response(message):
+            try:
+                key = id_key(message["id"])
+            except Refusal:
+                key = None
         request = self.requests.get(key) if key is not None else None
         if key is not None and request is not None:
             self._answered.add(key)

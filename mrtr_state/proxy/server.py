@@ -38,6 +38,8 @@ TARGET_EXTENSION = "mrtr_state.request_target"
 PARSERS = ("httptools", "h11")
 #: Told of each request the framer refused (the app logs and counts it).
 OnRefused = Callable[[FramingRefusal], None]
+#: How long a new connection may take to send its first request head, in seconds.
+HEAD_TIMEOUT = 10.0
 
 
 class _Framed:
@@ -49,29 +51,50 @@ class _Framed:
     """
 
     max_body: int = 0
+    head_timeout: float = HEAD_TIMEOUT
     on_refused: OnRefused | None = None
     # provided by the uvicorn protocol this is mixed into
     transport: Any
     cycle: Any
-    _unset_keepalive_if_required: Callable[[], None]
 
     def connection_made(self, transport: Any) -> None:
         self._framer = RequestFramer(self.max_body)
         self._answered = 0
+        # a new connection has HEAD_TIMEOUT seconds to send its first head (uvicorn times only
+        # the idle time after an answer, which the keep-alive timer covers)
+        self._head_timer: Any = asyncio.get_running_loop().call_later(
+            self.head_timeout, self._head_timed_out
+        )
         super().connection_made(transport)  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         framer = self._framer
         if framer.closed:
             return
-        self._unset_keepalive_if_required()
         passed = framer.feed(data)
-        if passed:
+        if passed:  # uvicorn's own call stops the keep-alive timer: only for a request's bytes,
+            # so that empty lines sent now and then cannot hold a connection open for ever
+            self._head_timer.cancel()
             super().data_received(passed)  # type: ignore[misc]
         if framer.refusal is not None:
+            self._head_timer.cancel()
             if self.on_refused is not None:
                 self.on_refused(framer.refusal)
             self._answer_refusal()
+
+    def _head_timed_out(self) -> None:
+        """No request began in time on a new connection: answer 408 and close it."""
+        if self._framer.begun or self.transport.is_closing():
+            return
+        refusal = FramingRefusal(408, "head_timeout", "no request came in time")
+        self._framer.refuse(refusal)
+        if self.on_refused is not None:
+            self.on_refused(refusal)
+        self._answer_refusal()
 
     def on_response_complete(self) -> None:
         self._answered += 1
@@ -135,16 +158,23 @@ class _FramedH11Protocol(_Framed, H11Protocol):
 
 
 def protocol_class(
-    parser: str, *, max_body: int = 4 << 20, on_refused: OnRefused | None = None
+    parser: str,
+    *,
+    max_body: int = 4 << 20,
+    on_refused: OnRefused | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> type[Any]:
     """The uvicorn HTTP protocol class for ``parser``, behind the strict framer: bodies over
-    ``max_body`` are refused (413) before they are read; ``on_refused`` hears of each refusal."""
+    ``max_body`` are refused (413) before they are read, a new connection that sends no
+    request head within ``head_timeout`` seconds is answered 408 and closed; ``on_refused``
+    hears of each refusal."""
     if parser not in PARSERS:
         raise ValueError(f"unknown HTTP parser {parser!r}; known: {', '.join(PARSERS)}")
     base = _FramedH11Protocol if parser == "h11" else _httptools_protocol()
     settings = {
         "max_body": max_body,
         "on_refused": staticmethod(on_refused) if on_refused else None,
+        "head_timeout": head_timeout,
     }
     return type(base.__name__, (base,), settings)
 
@@ -210,6 +240,7 @@ def serve(
     drain: int = 10,
     admin: Any = None,
     admin_sock: socket.socket | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> None:
     """Serve ``app`` (a :class:`~mrtr_state.proxy.app.ProxyApp`) on ``sock`` (and ``admin``
     on ``admin_sock``) until SIGINT or SIGTERM, then stop accepting and give requests in flight
@@ -236,7 +267,9 @@ def serve(
     }
     # h11 refuses a head past its own limit; let it be the framer's, so both parsers agree
     common["h11_max_incomplete_event_size"] = MAX_HEAD + 1
-    protocol = protocol_class(parser, max_body=app.max_body, on_refused=app.framing_refused)
+    protocol = protocol_class(
+        parser, max_body=app.max_body, on_refused=app.framing_refused, head_timeout=head_timeout
+    )
     config = uvicorn.Config(
         app, http=protocol, lifespan="on", timeout_graceful_shutdown=drain, **common
     )
