@@ -48,6 +48,7 @@ def redis_server(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
         [
             *(shutil.which("redis-server") or "redis-server", "--port", str(port)),
             *("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)),
+            *("--logfile", str(folder / f"redis-{port}.log")),
         ],
         port,
     )
@@ -76,7 +77,9 @@ def commandstats(url: str) -> dict[str, int]:
 def cpu_per_round_trip(folder: Path, keyset: Path) -> dict[str, Any]:
     upstream_port = free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
-    upstream = started([PY, str(ROOT / "examples" / "naive_upstream.py"), str(upstream_port)], upstream_port)
+    upstream = started(
+        [PY, str(ROOT / "examples" / "naive_upstream.py"), str(upstream_port)], upstream_port
+    )
     server, store = redis_server(folder)
     tokens, token_port = proxy(upstream_url, "--keyset", str(keyset))
     handles, handle_port = proxy(upstream_url, "--state-store", store)
@@ -88,7 +91,10 @@ def cpu_per_round_trip(folder: Path, keyset: Path) -> dict[str, Any]:
             samples: dict[str, list[float]] = {"tokens": [], "handles": [], "redis": []}
             commands_per_trip = 0.0
             for _ in range(ROUNDS):
-                for name, port, process in (("tokens", token_port, tokens), ("handles", handle_port, handles)):
+                for name, port, process in (
+                    ("tokens", token_port, tokens),
+                    ("handles", handle_port, handles),
+                ):
                     before = cpu_seconds(process.pid)
                     redis_before = cpu_seconds(server.pid)
                     stats_before = commandstats(store)
@@ -96,9 +102,13 @@ def cpu_per_round_trip(folder: Path, keyset: Path) -> dict[str, Any]:
                     trips = len(report["latencies"])
                     samples[name].append((cpu_seconds(process.pid) - before) / trips * 1000)
                     if name == "handles":
-                        samples["redis"].append((cpu_seconds(server.pid) - redis_before) / trips * 1000)
+                        samples["redis"].append(
+                            (cpu_seconds(server.pid) - redis_before) / trips * 1000
+                        )
                         after = commandstats(store)
-                        sent = sum(after.get(c, 0) - stats_before.get(c, 0) for c in ("set", "evalsha"))
+                        sent = sum(
+                            after.get(c, 0) - stats_before.get(c, 0) for c in ("set", "evalsha")
+                        )
                         commands_per_trip = sent / trips
             ratios = [h / t for h, t in zip(samples["handles"], samples["tokens"], strict=True)]
             cells.append(
@@ -107,7 +117,8 @@ def cpu_per_round_trip(folder: Path, keyset: Path) -> dict[str, Any]:
                     "token_cpu_ms_per_rt": statistics.median(samples["tokens"]),
                     "handle_cpu_ms_per_rt": statistics.median(samples["handles"]),
                     "handle_over_token_median": statistics.median(ratios),
-                    "handle_over_token_best": min(h for h in samples["handles"]) / min(samples["tokens"]),
+                    "handle_over_token_best": min(h for h in samples["handles"])
+                    / min(samples["tokens"]),
                     "redis_cpu_ms_per_rt": statistics.median(samples["redis"]),
                     "redis_commands_per_rt": commands_per_trip,
                 }
@@ -120,7 +131,9 @@ def cpu_per_round_trip(folder: Path, keyset: Path) -> dict[str, Any]:
 
 
 async def _session(port: int, user: str) -> tuple[Connection, bytes]:
-    _, connection = await asyncio.get_running_loop().create_connection(Connection, "127.0.0.1", port)
+    _, connection = await asyncio.get_running_loop().create_connection(
+        Connection, "127.0.0.1", port
+    )
     head = (
         f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
         "content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
@@ -146,7 +159,11 @@ async def large_state(port: int) -> dict[str, Any]:
     done = await connection.post(head, _call(env, 2, handle))
     connection.transport.close()
     ok = done["result"]["content"][0]["text"] == f"deployed {env}"
-    return {"state_bytes": len(json.dumps({"env": env})) * 4 // 3, "handle_length": len(handle), "round_trip_ok": ok}
+    return {
+        "state_bytes": len(json.dumps({"env": env})) * 4 // 3,
+        "handle_length": len(handle),
+        "round_trip_ok": ok,
+    }
 
 
 async def outstanding(ports: tuple[int, int], count: int, concurrency: int = 50) -> dict[str, Any]:
@@ -187,13 +204,20 @@ async def outstanding(ports: tuple[int, int], count: int, concurrency: int = 50)
     assert len(handles) == count
     await asyncio.gather(*(worker(n, jobs, retry("retried")) for n, jobs in enumerate(spread)))
     await asyncio.gather(*(worker(n, jobs, retry("again")) for n, jobs in enumerate(spread)))
-    return {"outstanding": count, "fill_seconds": filled, "seconds": time.perf_counter() - started_at, **results}
+    return {
+        "outstanding": count,
+        "fill_seconds": filled,
+        "seconds": time.perf_counter() - started_at,
+        **results,
+    }
 
 
 def at_scale(folder: Path) -> list[dict[str, Any]]:
     upstream_port = free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
-    upstream = started([PY, str(ROOT / "examples" / "naive_upstream.py"), str(upstream_port)], upstream_port)
+    upstream = started(
+        [PY, str(ROOT / "examples" / "naive_upstream.py"), str(upstream_port)], upstream_port
+    )
     rows = []
     try:
         server, store = redis_server(folder)
@@ -230,7 +254,11 @@ def main() -> dict[str, Any]:
             capture_output=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        return {"rounds": ROUNDS, **cpu_per_round_trip(folder, keyset), "at_scale": at_scale(folder)}
+        return {
+            "rounds": ROUNDS,
+            **cpu_per_round_trip(folder, keyset),
+            "at_scale": at_scale(folder),
+        }
 
 
 def table(report: dict[str, Any]) -> str:
@@ -249,17 +277,19 @@ def table(report: dict[str, Any]) -> str:
     big = report["large_state"]
     lines += [
         "",
-        f"A {big['state_bytes'] // 1024} KB state: the client saw a {big['handle_length']}-character "
-        f"handle; round trip {'ok' if big['round_trip_ok'] else 'FAILED'}.",
+        f"A {big['state_bytes'] // 1024} KB state: the client saw a "
+        f"{big['handle_length']}-character handle; round trip "
+        f"{'ok' if big['round_trip_ok'] else 'FAILED'}.",
         "",
-        "| store | outstanding | first rounds (s) | retried once: ok / refused | second retry: ok / refused | total (s) |",
+        "| store | outstanding | first rounds (s) | retried once: ok / refused "
+        "| second retry: ok / refused | total (s) |",
         "|---|---|---|---|---|---|",
     ]
     for r in report["at_scale"]:
         lines.append(
             f"| {r['store']} | {r['outstanding']} | {r['fill_seconds']:.1f} | "
-            f"{r['retried_ok']} / {r['retried_refused']} | {r['again_ok']} / {r['again_refused']} | "
-            f"{r['seconds']:.1f} |"
+            f"{r['retried_ok']} / {r['retried_refused']} | "
+            f"{r['again_ok']} / {r['again_refused']} | {r['seconds']:.1f} |"
         )
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """Redis clients from a URL: one server, a Redis Cluster, or a primary watched by Sentinel.
 
-The replay store and the state-handle store share these, through the optional ``redis``
-package (``pip install 'mrtr-state[redis]'``); nothing imports it until a URL asks for it.
+The state-handle store of the CLI and library servers reaches them through the optional
+``redis`` package (``pip install 'mrtr-state[redis]'``); nothing imports it until a URL asks
+for it. The proxy reaches the same URLs with :mod:`mrtr_state._resp`.
 
     redis://[:PASSWORD@]HOST[:PORT][/DB]          one server (rediss:// over TLS)
     unix:///PATH[?db=N]                           one server on a Unix socket
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["SCHEMES", "connect", "shown"]
+__all__ = ["SCHEMES", "connect", "nodes_of", "shown"]
 
 SCHEMES = (
     "redis://",
@@ -40,7 +41,9 @@ def shown(url: str) -> str:
     return f"{scheme}://{hosts}" if at else url
 
 
-def _nodes(netloc: str, url: str) -> list[tuple[str, int]]:
+def nodes_of(url: str) -> list[tuple[str, int]]:
+    """The HOST:PORT list of a cluster or Sentinel URL."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
     nodes = []
     for part in netloc.split(","):
         host, colon, port = part.rpartition(":")
@@ -50,17 +53,14 @@ def _nodes(netloc: str, url: str) -> list[tuple[str, int]]:
     return nodes
 
 
-def connect(url: str, *, asyncio: bool = False, timeout: float = 5.0) -> Any:
-    """A client for ``url`` (see the module's table): redis-py's own, sync or asyncio.
+def connect(url: str, *, timeout: float = 5.0) -> Any:
+    """A redis-py client for ``url`` (see the module's table). The proxy, which awaits its
+    store, reaches the same URLs with :mod:`mrtr_state._resp` instead.
 
     Raises ``ValueError`` for a URL it cannot use and ``ImportError`` without redis-py.
     """
     options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if url.startswith(("redis://", "rediss://", "unix://")):
-        if asyncio:
-            from redis.asyncio import Redis as AsyncRedis
-
-            return AsyncRedis.from_url(url, **options)
         from redis import Redis
 
         return Redis.from_url(url, **options)
@@ -68,21 +68,15 @@ def connect(url: str, *, asyncio: bool = False, timeout: float = 5.0) -> Any:
     if scheme not in ("redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"):
         raise ValueError(f"{shown(url)}: not a Redis URL ({', '.join(SCHEMES)})")
     parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
     password = unquote(parts.password) if parts.password else None
     if password is not None:
         options["password"] = password
     if scheme.startswith("rediss"):
         options["ssl"] = True
-    nodes = _nodes(netloc, url)
+    nodes = nodes_of(url)
     if scheme.endswith("cluster"):
         if parts.path not in ("", "/"):
             raise ValueError(f"{shown(url)}: a cluster has one database: give no /DB")
-        if asyncio:
-            from redis.asyncio.cluster import ClusterNode as AsyncNode
-            from redis.asyncio.cluster import RedisCluster as AsyncCluster
-
-            return AsyncCluster(startup_nodes=[AsyncNode(h, p) for h, p in nodes], **options)
         from redis.cluster import ClusterNode, RedisCluster
 
         node: Any = ClusterNode  # untyped in redis-py
@@ -91,13 +85,8 @@ def connect(url: str, *, asyncio: bool = False, timeout: float = 5.0) -> Any:
     if not service or (db and not db.isdigit()):
         raise ValueError(f"{shown(url)}: write redis+sentinel://HOST:PORT,.../SERVICE[/DB]")
     sentinel_options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-    if asyncio:
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+    from redis.sentinel import Sentinel
 
-        watcher: Any = AsyncSentinel  # untyped in redis-py
-    else:
-        from redis.sentinel import Sentinel
-
-        watcher = Sentinel
+    watcher: Any = Sentinel  # untyped in redis-py
     watch = watcher(nodes, sentinel_kwargs=sentinel_options, **options)
     return watch.master_for(service, db=int(db or 0))

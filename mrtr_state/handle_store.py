@@ -9,16 +9,18 @@ closed, and no handle is ever given out for a record the store did not accept.
 
 ``open_handle_store(url)`` takes ``memory:`` (one process) or any URL of :mod:`mrtr_state._redis`
 (one server, a Cluster, a Sentinel-watched primary); ``asyncio=True`` gives the proxy a store
-whose operations it awaits, so a slow store never stalls its other connections. The two Redis
-flavours share everything but the ``await``: the script, the server check and the reading of
-replies are written once, below.
+whose operations it awaits, so a slow store never stalls its other connections. The blocking
+store speaks through redis-py, the awaited one through the proxy's own client
+(:mod:`mrtr_state._resp`); the script, the judgement of a server and the reading of replies are
+written once, below.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .errors import StateStoreError
@@ -135,10 +137,11 @@ class MemoryHandleStore:
         self._records.clear()
 
 
-class _RedisBase:
-    """What both Redis stores share: the URL, the bound on clocks, when the server was read."""
+class RedisHandleStore:
+    """Records in Redis, for the CLI and library servers: redis-py's client (blocking calls),
+    with its own Cluster and Sentinel support."""
 
-    def __init__(self, url: str, *, max_skew: float, asyncio: bool, timeout: float) -> None:
+    def __init__(self, url: str, *, max_skew: float = 300.0, timeout: float = 5.0) -> None:
         from . import _redis
 
         try:
@@ -150,7 +153,7 @@ class _RedisBase:
         self.url = url
         self.max_skew = max_skew
         try:
-            self._client: Any = _redis.connect(url, asyncio=asyncio, timeout=timeout)
+            self._client: Any = _redis.connect(url, timeout=timeout)
         except (ValueError, redis.RedisError) as err:
             raise StateStoreError(f"state store {_redis.shown(url)}: {err}") from None
         self._redis_error: type[Exception] = redis.RedisError
@@ -158,13 +161,10 @@ class _RedisBase:
         self._checked_at = -math.inf
         self._problem: str | None = None
 
-    def _shown(self) -> str:
+    def _error(self, doing: str, err: Exception | str) -> StateStoreError:
         from ._redis import shown
 
-        return shown(self.url)
-
-    def _error(self, doing: str, err: Exception | str) -> StateStoreError:
-        return StateStoreError(f"state store {self._shown()}: cannot {doing}: {err}")
+        return StateStoreError(f"state store {shown(self.url)}: cannot {doing}: {err}")
 
     def _due(self) -> bool:
         return time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None
@@ -175,17 +175,6 @@ class _RedisBase:
         problems = (_server_problem(m, offset, self.max_skew) for m in _memories(infos))
         self._problem = next((p for p in problems if p is not None), None)
         self._checked_at = time.monotonic()
-
-    @staticmethod
-    def _keep_until_ms(keep_until: float) -> int:
-        return math.ceil(keep_until * 1000)
-
-
-class RedisHandleStore(_RedisBase):
-    """Records in Redis, for the CLI and library servers (blocking calls)."""
-
-    def __init__(self, url: str, *, max_skew: float = 300.0, timeout: float = 5.0) -> None:
-        super().__init__(url, max_skew=max_skew, asyncio=False, timeout=timeout)
 
     def _run(self, doing: str, call: Callable[[], Any]) -> Any:
         try:
@@ -209,7 +198,7 @@ class RedisHandleStore(_RedisBase):
 
     def put(self, key: str, value: bytes, keep_until: float) -> None:
         self._check()
-        ms = self._keep_until_ms(keep_until)
+        ms = math.ceil(keep_until * 1000)
         stored = self._run(
             "file a record",
             lambda: self._client.execute_command("SET", key, value, "NX", "PXAT", ms),
@@ -238,58 +227,107 @@ class RedisHandleStore(_RedisBase):
         self._client.close()
 
 
-class AsyncRedisHandleStore(_RedisBase):
-    """Records in Redis, for the proxy: every operation is awaited."""
+class AsyncRedisHandleStore:
+    """Records in Redis, for the proxy: every operation is awaited, over the proxy's own
+    client (:mod:`mrtr_state._resp`: hiredis, one pipelined connection per node), since
+    redis-py's asyncio client costs four times the CPU per command on the proxy's path."""
 
     def __init__(self, url: str, *, max_skew: float = 300.0, timeout: float = 2.0) -> None:
-        super().__init__(url, max_skew=max_skew, asyncio=True, timeout=timeout)
+        from . import _resp
+        from ._redis import shown
 
-    async def _run(self, doing: str, call: Callable[[], Awaitable[Any]]) -> Any:
         try:
-            return await call()
-        except self._redis_error as err:
-            raise self._error(doing, err) from None
-        except OSError as err:  # a connection the asyncio client lost on its own
+            self._router = _resp.router_for(url, timeout=timeout)
+        except ImportError:
+            raise StateStoreError(
+                "the proxy's redis state store needs hiredis: pip install 'mrtr-state[redis]'"
+            ) from None
+        except ValueError as err:
+            raise StateStoreError(f"state store {shown(url)}: {err}") from None
+        self._failure: type[Exception] = _resp.StoreFailure
+        self.url = url
+        self.max_skew = max_skew
+        self._checked_at = -math.inf
+        self._problem: str | None = None
+
+    def _error(self, doing: str, err: Exception | str) -> StateStoreError:
+        from ._redis import shown
+
+        return StateStoreError(f"state store {shown(self.url)}: cannot {doing}: {err}")
+
+    async def _call(self, doing: str, key: str, *args: Any) -> Any:
+        try:
+            return await self._router.call(key.encode(), *args)
+        except self._failure as err:
             raise self._error(doing, err) from None
 
     async def _check(self) -> None:
-        if self._due():
-            before = time.time()
-            clock = await self._run("read its clock", self._client.time)
-            after = time.time()
-            memory = await self._run("read its memory policy", lambda: self._client.info("memory"))
-            self._judge(memory, clock, before, after)
+        if time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None:
+            problem = None
+            try:
+                for node in await self._router.nodes():
+                    before = time.time()
+                    seconds, micros = await node.call("TIME")
+                    after = time.time()
+                    offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
+                    memory = _info_fields(await node.call("INFO", "memory"))
+                    problem = problem or _server_problem(memory, offset, self.max_skew)
+            except self._failure as err:
+                raise self._error("read the server's policy and clock", err) from None
+            self._problem = problem
+            self._checked_at = time.monotonic()
         if self._problem is not None:
             raise self._error("keep records", self._problem)
 
     async def put(self, key: str, value: bytes, keep_until: float) -> None:
         await self._check()
-        ms = self._keep_until_ms(keep_until)
-        stored = await self._run(
-            "file a record",
-            lambda: self._client.execute_command("SET", key, value, "NX", "PXAT", ms),
-        )
+        ms = math.ceil(keep_until * 1000)
+        stored = await self._call("file a record", key, "SET", key, value, "NX", "PXAT", ms)
         if stored is None:
             raise self._error("file a record", "a record is already filed under that key")
 
     async def take(self, key: str, lock: str) -> Taken | None:
-        reply = await self._run("take a record", lambda: self._script(keys=[key], args=[lock]))
+        try:
+            reply = await self._call("take a record", key, "EVALSHA", _TAKE_SHA, 1, key, lock)
+        except StateStoreError as err:
+            if "NOSCRIPT" not in str(err):
+                raise
+            # the node has not cached the script yet (new, restarted, promoted): send it whole
+            reply = await self._call("take a record", key, "EVAL", TAKE_SCRIPT, 1, key, lock)
         return _taken(reply)
 
     async def peek(self, key: str) -> bytes | None:
-        found = await self._run("read a record", lambda: self._client.get(key))
+        found = await self._call("read a record", key, "GET", key)
         return None if found is None else bytes(found)
 
     async def probe(self) -> str | None:
+        """Why the store cannot be used now (each node asked: PING), or None (readiness)."""
         try:
-            await self._run("be reached", self._client.ping)
+            for node in await self._router.nodes():
+                await node.call("PING")
             await self._check()
+        except self._failure as err:
+            return str(self._error("be reached", err))
         except StateStoreError as err:
             return str(err)
         return None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        self._router.close()
+
+
+#: The script's SHA-1, as EVALSHA names it.
+_TAKE_SHA = hashlib.sha1(TAKE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
+
+
+def _info_fields(text: Any) -> dict[str, Any]:
+    """The ``name:value`` lines of an INFO reply."""
+    fields: dict[str, Any] = {}
+    for line in bytes(text).decode("utf-8", "replace").splitlines():
+        name, colon, value = line.partition(":")
+        if colon:
+            fields[name] = int(value) if value.isdigit() else value
+    return fields
 
 
 async def awaited(value: Any) -> Any:
