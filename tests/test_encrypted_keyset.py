@@ -624,3 +624,47 @@ def test_any_single_change_to_an_encrypted_file_is_refused_with_our_error_or_is_
         assert [k.to_jwk() for k in loaded] == original
 
     one_change()
+
+
+# --- the clear key list, read without the KEK (issue 35) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("member", "value", "message"),
+    [
+        ("alg", "RS256", "unknown alg 'RS256'"),
+        ("status", ["primary"], r"unknown status \['primary'\]"),
+        ("status", 7, "unknown status 7"),
+        ("since", {"primary": 10**30}, "since must map statuses to unix seconds"),
+        ("kid", "\x1b]0;x\x07", r"key '\\x1b\]0;x\\x07': a key id must be 8 lowercase hex"),
+        ("sdk_kid", "2026-12", "carry no SDK key id"),
+        ("x\x1b[2J\u202e", 1, r"unknown members x\\x1b\[2J\\u202e; remove them"),
+    ],
+)
+def test_the_clear_list_holds_every_invariant_but_the_secrets(
+    tmp_path: Path, passphrase: Kek, member: str, value: Any, message: str
+) -> None:
+    """listed_without_kek is what keys list shows without the KEK: each key is checked as a
+    loaded keyset's are (ids, algorithms, statuses, times, one primary per algorithm), all but
+    what needs the secret, and a refusal's text is inert (it reaches logs as well)."""
+    path = encrypted(tmp_path, passphrase)
+    doc = document(path)
+    doc["keys"][1][member] = value
+    rewrite(path, doc)
+    with pytest.raises(KeysetInvalid, match=message) as caught:
+        listed_without_kek(path)
+    assert not {"\x1b", "\x07", "\u202e"} & set(str(caught.value))
+
+
+def test_the_clear_list_refuses_a_second_primary_and_a_repeated_id(
+    tmp_path: Path, passphrase: Kek
+) -> None:
+    path = encrypted(tmp_path, passphrase)
+    doc = document(path)
+    keys = doc["keys"]
+    rewrite(path, {**doc, "keys": [*keys, {**keys[0], "kid": "0badc0de"}]})
+    with pytest.raises(KeysetInvalid, match="are both primary for A256GCM"):
+        listed_without_kek(path)
+    rewrite(path, {**doc, "keys": [*keys, {**keys[0], "status": "active"}]})
+    with pytest.raises(KeysetInvalid, match="appears twice"):
+        listed_without_kek(path)
