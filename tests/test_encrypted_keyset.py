@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -668,3 +670,94 @@ def test_the_clear_list_refuses_a_second_primary_and_a_repeated_id(
     rewrite(path, {**doc, "keys": [*keys, {**keys[0], "status": "active"}]})
     with pytest.raises(KeysetInvalid, match="appears twice"):
         listed_without_kek(path)
+
+
+# --- what a helper can cost: memory, time, processes left behind (issue 35) --------------------
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie its new parent has yet to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_ended(pid: int) -> bool:
+    for _ in range(100):
+        if _ended(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_helper_flooding_stdout_is_cut_off_at_the_cap(tmp_path: Path, helper_key: Path) -> None:
+    """300 MB on stdout took the process to 612 MB: the output was read whole, then refused.
+    Now at most the cap and one byte are read, and the helper's group is ended; measured in a
+    process of its own, whose peak memory is this call's."""
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    probe = (
+        "import resource, sys\n"
+        "from mrtr_state.errors import KekUnavailable\n"
+        "from mrtr_state.keyset import Keyset\n"
+        "try:\n"
+        "    Keyset.load(sys.argv[1], kek=sys.argv[2])\n"
+        "except KekUnavailable as err:\n"
+        "    print(err)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    env = {**os.environ, "MRTR_TEST_KEK_MODE": "flood"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path), uri], capture_output=True, text=True, env=env
+    )
+    said, peak_kib = done.stdout.splitlines()
+    assert "printed no valid answer to unwrap: more than 65536 bytes on stdout" in said
+    assert int(peak_kib) < 150 * 1024, f"peak {int(peak_kib) // 1024} MiB"
+
+
+def test_a_helper_flooding_stderr_keeps_its_last_line(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 MB of stderr: its last 64 KiB are kept, and the last line of those is the reason."""
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "stderr-flood")
+    with pytest.raises(KekUnavailable, match=r"exit 1\): the KMS said: ThrottlingException$"):
+        Keyset.load(path, kek=uri)
+
+
+def test_a_helper_whose_child_holds_the_pipes_answers_at_once_and_leaves_nothing(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper that starts a child (a credential agent, a shell's &) which inherits stdout
+    and stderr: the pipes stay open after the helper exits. Waiting for their end waited out
+    the timeout and left the child running; the conversation now ends with the helper, and
+    its process group (the child too) is ended."""
+    from mrtr_state.kek import helper
+
+    monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 10.0)  # far more than an answer takes
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("MRTR_TEST_KEK_CHILD", str(child))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "orphan")
+    assert len(Keyset.load(path, kek=uri)) == 3  # answered: not cut off by the timeout
+    assert _wait_ended(int(child.read_text()))
+
+
+def test_a_hanging_helper_and_its_child_are_ended_at_the_timeout(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mrtr_state.kek import helper
+
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 1.0)
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("MRTR_TEST_KEK_CHILD", str(child))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "orphan-hang")
+    with pytest.raises(KekUnavailable, match="did not answer unwrap within 1 s"):
+        Keyset.load(path, kek=uri)
+    assert _wait_ended(int(child.read_text()))
