@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from . import errors as ms_errors
 from .errors import ReplayStoreError
@@ -177,13 +177,18 @@ class SqliteStore:
         self.max_skew, self.horizon = _bounds(max_skew, horizon)
         self._sqlite = sqlite3
         self.path = Path(path)
+        # every connection and check names the file the store opened, whatever the working
+        # folder becomes later (a relative path would name another file after a chdir), and
+        # a connection never creates it (mode=rw): a deleted file is not quietly made again
+        self._file = os.path.abspath(self.path)
+        self._uri = "file:" + quote(self._file) + "?mode=rw"
         self.timeout = timeout
-        _prepare_private_file(self.path)
+        self._identity = _prepare_private_file(self.path)
         self._local = threading.local()
         self._writes = 0
         with self._errors("open"):
             # the file is checked before anything is written to it (journal mode included)
-            first = self._sqlite.connect(self.path, timeout=timeout, isolation_level=None)
+            first = self._connect()
             try:
                 self._adopt(first)
             finally:
@@ -238,11 +243,38 @@ class SqliteStore:
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._sqlite.connect(self.path, timeout=self.timeout, isolation_level=None)
+            self._check_file()
+            connection = self._connect()
+            self._local.connection = connection
+            self._check_file()  # the file connected to is the one opened (no swap between)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
-            self._local.connection = connection
         return connection
+
+    def _connect(self) -> sqlite3.Connection:
+        return self._sqlite.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
+
+    def _check_file(self) -> None:
+        """Refuse once the path no longer names the file this store opened.
+
+        A file deleted, renamed or replaced under a running process splits the store in two: the
+        process goes on writing to the file it holds open, and a process started later opens
+        the one now at the path; each accepts a token the other already redeemed. Its device
+        and inode, taken when the store was opened, are compared with the path's before and
+        after every redemption (a ``stat`` each); while the store holds the file open no other
+        file can be given that inode.
+        """
+        try:
+            info = os.stat(self._file)
+        except OSError:
+            info = None
+        if info is None or (info.st_dev, info.st_ino) != self._identity:
+            raise ReplayStoreError(
+                f"replay store {self.path} was deleted, renamed or replaced under this process: "
+                "the file it opened is no longer the one at that path, and two files would be "
+                "two stores that each accept a token once; refusing until the store is opened "
+                "again (restart) on the file now at the path"
+            )
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
@@ -250,7 +282,12 @@ class SqliteStore:
         lapsed = now - self.max_skew
         with self._errors("record a redemption"):
             db = self._connection()
+            # before the write, so that nothing is written once the file is swapped (its
+            # journal stays at the path, where the file now there would read it), and after it,
+            # for a swap in the moment between
+            self._check_file()
             recorded = db.execute(_SQLITE_REDEEM, (key, expires_at, lapsed)).rowcount == 1
+            self._check_file()
             if recorded:
                 self._writes += 1
                 if self._writes % _PURGE_EVERY == 0:
@@ -352,12 +389,13 @@ class RedisStore:
         self._client.close()
 
 
-def _prepare_private_file(path: Path) -> None:
+def _prepare_private_file(path: Path) -> tuple[int, int]:
     """Create the database 0600 if it is new, and refuse one that others own or may write.
 
     The redeemed set decides whether a token is accepted a second time: a store another user can
     write (or replace, through its folder) could be emptied to replay tokens. The rules are the
-    keyset file's (owner and mode, and a folder only its owner may write in).
+    keyset file's (owner and mode, and a folder only its owner may write in). Returns the
+    file's (device, inode), what the store later checks the path against.
     """
     from . import keyfile
 
@@ -379,6 +417,7 @@ def _prepare_private_file(path: Path) -> None:
             f"replay store {path} {problem.replace('a keyset', 'a replay store')}; fix with: "
             f"chmod 600 {path}"
         )
+    return info.st_dev, info.st_ino
 
 
 def open_store(

@@ -431,3 +431,100 @@ def test_sqlite_locked_by_another_writer_mid_batch_fails_closed(
     # what was answered was recorded: the tokens stay redeemed once the lock is gone
     store = SqliteStore(db_path)
     assert store.count() == 5
+
+
+# --- a SQLite file deleted or replaced under a running process (issue 35) ----------------------
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+def _rename(path: Path) -> None:
+    path.rename(path.with_name("moved.db"))
+
+
+def _replace_with_a_new_store(path: Path) -> None:
+    fresh = path.with_name("fresh.db")
+    SqliteStore(fresh).close()
+    fresh.rename(path)
+
+
+def _replace_with_a_copy(path: Path) -> None:
+    copy = path.with_name("copy.db")
+    copy.write_bytes(path.read_bytes())
+    copy.chmod(0o600)
+    copy.rename(path)
+
+
+@pytest.mark.parametrize(
+    "swap", [_delete, _rename, _replace_with_a_new_store, _replace_with_a_copy]
+)
+def test_sqlite_file_deleted_or_replaced_under_the_store_is_refused(
+    tmp_path: Path, swap: Any
+) -> None:
+    """Before: the process went on writing to the file it held open while a process opened
+    later used the one at the path, two stores each accepting a token once. Now each
+    redemption compares the path's device and inode with the file opened: refused (exit 6),
+    whatever the redemption's result; a store opened again uses the file now at the path."""
+    path = tmp_path / "replay.db"
+    store = SqliteStore(path)
+    now = time.time()
+    assert store.redeem("jti:a", now + 60, now=now)
+    swap(path)
+    for key in ("jti:a", "jti:b"):
+        with pytest.raises(ms.ReplayStoreError, match="deleted, renamed or replaced") as caught:
+            store.redeem(key, now + 60, now=now)
+        assert caught.value.exit_code == 6
+    refused_in_a_thread: list[BaseException] = []
+
+    def other_thread() -> None:  # a new connection of the same store is checked too
+        try:
+            store.redeem("jti:c", now + 60, now=now)
+        except ms.ReplayStoreError as err:
+            refused_in_a_thread.append(err)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert len(refused_in_a_thread) == 1
+    store.close()
+    again = SqliteStore(path)
+    assert again.redeem("jti:b", now + 60, now=now)
+    assert not again.redeem("jti:b", now + 60, now=now)
+
+
+def test_sqlite_store_survives_a_change_of_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path names the file the store opened, not another one after a chdir: a
+    thread's first redemption (its own connection) once opened ./replay.db of the new folder,
+    a second store beside the first."""
+    monkeypatch.chdir(tmp_path)
+    store = SqliteStore("replay.db")
+    now = time.time()
+    assert store.redeem("jti:a", now + 60, now=now)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    monkeypatch.chdir(elsewhere)
+    answers: list[bool] = []
+
+    def redeem_in_a_new_thread() -> None:  # its own connection, opened after the chdir
+        answers.append(store.redeem("jti:a", now + 60, now=now))
+
+    worker = threading.Thread(target=redeem_in_a_new_thread)
+    worker.start()
+    worker.join()
+    assert answers == [False]
+    assert not (elsewhere / "replay.db").exists()
+
+
+def test_sqlite_file_deleted_mid_batch_fails_closed_after_the_answers_given(
+    batch_keyset: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    path, tokens = batch_keyset
+    db_path = tmp_path / "replay.db"
+    code, out, err = _batch(path, f"sqlite:///{db_path}", tokens, db_path.unlink)
+    assert code == 6
+    assert out.splitlines() == [str(n) for n in range(5)]
+    assert "was deleted, renamed or replaced under this process" in err
