@@ -25,7 +25,9 @@ Backends, chosen by URL:
 * ``redis://host:port/db``: a fleet (``SET key 1 NX PXAT exp+max_skew``, judged by the Redis
   server's clock), through the optional ``redis`` package (``pip install 'mrtr-state[redis]'``).
   The store checks once a minute that the server's clock lies within ``max_skew`` of the
-  verifier's, and refuses a server that may evict keys under memory pressure.
+  verifier's, and refuses a server that may evict keys under memory pressure; every redemption
+  also reads, in the same script as its ``SET``, the server's count of evicted keys, and refuses
+  while an eviction may have dropped an entry that still matters (see :class:`RedisStore`).
 
 Every failure of a store (unreachable, read-only, locked, corrupt, foreign, a clock beyond the
 bound) raises :class:`ReplayStoreError`: verification fails closed rather than silently accepting
@@ -315,6 +317,39 @@ def _columns(db: sqlite3.Connection) -> list[tuple[str, str, int, int]]:
     return [(row[1], str(row[2]).upper(), row[3], row[5]) for row in rows]
 
 
+# One redemption, atomic on the server (a script runs alone): the eviction count and the
+# server's time, the store's record of both (its ``meta`` hash: the count last seen, when the
+# refusal after an eviction ends, and an epoch naming this incarnation of the data), then the
+# test-and-set. Replies: {1, epoch} recorded, {0, epoch} already redeemed, {-1, epoch, until_ms,
+# count} refused after an eviction or a loss of the store's data; an error if there is no count.
+_REDIS_REDEEM = """
+local stats = redis.call('INFO', 'stats')
+local count = string.match(stats, '\\r\\nevicted_keys:(%d+)')
+if not count then return redis.error_reply('no evicted_keys in INFO stats') end
+count = tonumber(count)
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local meta = redis.call('HMGET', KEYS[2], 'epoch', 'evicted', 'until')
+local epoch, seen, until_ms = meta[1], tonumber(meta[2]), tonumber(meta[3]) or 0
+local lost = false
+if not epoch then
+  epoch = ARGV[4]
+  seen = count
+  lost = ARGV[3] ~= ''
+  redis.call('HSET', KEYS[2], 'epoch', epoch, 'evicted', count, 'until', 0)
+elseif ARGV[3] ~= '' and ARGV[3] ~= epoch then
+  lost = true
+end
+if lost or count ~= seen then
+  until_ms = math.max(until_ms, now_ms + tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[2], 'evicted', count, 'until', until_ms)
+end
+if now_ms < until_ms then return {-1, epoch, until_ms, count} end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PXAT', ARGV[1]) then return {1, epoch} end
+return {0, epoch}
+"""
+
+
 class RedisStore:
     """A Redis server shared by a fleet: ``SET key 1 NX PXAT`` is the atomic test-and-set.
 
@@ -323,9 +358,23 @@ class RedisStore:
     eviction policy: a server whose clock lies beyond ``max_skew`` of the verifier's, or that
     may evict keys before they expire (a ``maxmemory`` with a policy other than
     ``noeviction``), cannot keep the promise, and every redemption fails closed until it can.
+
+    That look is a minute old at worst, and a policy is a promise about the future anyway: an
+    entry written under ``noeviction`` is dropped all the same if the policy changes later. So
+    what single use rests on is what did happen: each redemption runs as one script that reads
+    the server's ``evicted_keys`` counter and its clock before its ``SET``. A counter that moved
+    since any verifier of the fleet last looked (kept in the ``meta`` hash beside the entries)
+    means a key may have been evicted, an entry among them, and that entry matters until its
+    token's ``exp + max_skew``, at most ``horizon + max_skew`` from now: every redemption is
+    refused until then (the refusal is kept in the hash, so every replica and every new process
+    honours it). The hash also carries a random epoch: a process that finds it gone or replaced
+    (a restart without persistence, ``FLUSHALL``, the hash evicted) knows the entries went with
+    it and refuses the same way. What stays open (docs/single-use.md): a process that first
+    reaches the store after such a loss cannot tell it from a new store.
     """
 
     PREFIX = "mrtr-state:redeemed:"
+    META = "mrtr-state:meta"
     CHECK_EVERY = 60.0
 
     def __init__(
@@ -343,6 +392,9 @@ class RedisStore:
         self._redis_error: type[Exception] = redis.RedisError
         self._offset = 0.0  # the server's clock minus this host's, as last measured
         self._checked_at = -math.inf  # monotonic time of that measurement
+        self._script = self._client.register_script(_REDIS_REDEEM)
+        self._epoch = b""  # the store's epoch as this process last saw it (none yet)
+        self._new_epoch = os.urandom(12).hex()  # the epoch written if the store has none
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
@@ -358,12 +410,24 @@ class RedisStore:
                     f"{self.max_skew:.0f} s; single use cannot be promised: fix the clocks (NTP)"
                 )
             keep_until_ms = math.ceil((expires_at + self.max_skew) * 1000)
-            stored = self._client.execute_command(
-                "SET", self.PREFIX + key, b"1", "NX", "PXAT", keep_until_ms
+            refuse_ms = math.ceil((self.horizon + self.max_skew) * 1000)
+            answer = self._script(
+                keys=[self.PREFIX + key, self.META],
+                args=[keep_until_ms, refuse_ms, self._epoch, self._new_epoch],
             )
         except self._redis_error as err:
             raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
-        return stored is not None
+        outcome, self._epoch = int(answer[0]), answer[1]
+        if outcome == -1:
+            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(answer[2] / 1000))
+            raise ReplayStoreError(
+                f"replay store {self._shown()}: the server has evicted keys (evicted_keys "
+                f"{answer[3]}) or lost this store's data since a verifier last looked, so the "
+                f"entry of a redeemed token may be gone: every redemption is refused until "
+                f"{until} (horizon + max_skew later); keep maxmemory-policy noeviction "
+                "(docs/single-use.md)"
+            )
+        return outcome == 1
 
     def _check_server(self) -> None:
         before = time.time()
