@@ -356,16 +356,17 @@ def encode_parsed(value: Any) -> str:
     return _encode(value)
 
 
-def json_dumps(value: Any) -> str:
+def json_dumps(value: Any, max_depth: int = MAX_DEPTH) -> str:
     """Compact JSON that :func:`json_loads` accepts again, or ``ValueError``.
 
     What we write we must be able to read, as what it was: a token minted with state our own
     verifier refuses would be lost. So NaN, Infinity and over-deep nesting are refused here, like
     integers over Python's 4,300-digit conversion limit, and member names that are not text
-    (``{1: 2}`` would come back as ``{"1": 2}``).
+    (``{1: 2}`` would come back as ``{"1": 2}``). ``max_depth`` is for reports that wrap what a
+    token held (a state already at the cap, inside ``--json``'s object).
     """
     if isinstance(value, _CONTAINERS):
-        problem = _writable_problem(value)
+        problem = _writable_problem(value, max_depth)
         if problem is not None:
             raise ValueError(problem)
     try:

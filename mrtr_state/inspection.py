@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._encoding import EncodingError, json_loads
+from ._encoding import MAX_DEPTH, EncodingError, json_loads
+from ._surrogates import refuse_lone_surrogate
 from .errors import BadSignature, InvalidToken
 from .formats import Anatomy, Format, format_for_alg, format_of, token_text
 from .policy import DEFAULT_POLICY, Policy
@@ -124,13 +125,14 @@ def inspect(
     notes = fmt.notes
     if fmt.shares:
         notes = (*notes, _shared_note(fmt, keyset))
+    readable = _readable_claims(anatomy)
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
             verified=False,
             envelope=envelope.kind,
             state_member=envelope.state_member,
-            claims=_readable_claims(anatomy),
+            claims=readable,
             notes=("no keyset: nothing was verified", *notes),
         )
     known = keyset.get(anatomy.kid) if anatomy.kid else None
@@ -148,7 +150,7 @@ def inspect(
             envelope=envelope.kind,
             state_member=envelope.state_member,
             key_status="unknown" if known is None else known.status,
-            claims=_readable_claims(anatomy),
+            claims=readable,
             problem=err,
             notes=notes,
         )
@@ -159,6 +161,7 @@ def inspect(
     if not anatomy.kid:  # a token that names no key: the one that opened it
         anatomy.kid = key.kid
     view = fmt.envelope.view(plaintext, key, fmt, time.time() if now is None else now, policy)
+    refuse_lone_surrogate(plaintext, view.claims, "the claims")
     return Inspection(
         anatomy=anatomy,
         verified=view.problem is None,
@@ -186,11 +189,15 @@ def _shared_note(fmt: Format, keyset: Keyset | None) -> str:
 
 
 def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:
-    """Claims a readable format shows anyone, parsed but not trusted."""
+    """Claims a readable format shows anyone, parsed but not trusted; a lone surrogate in them
+    is :class:`MalformedToken` (see ``_surrogates``), said before any key is looked at.
+
+    One level deeper than a token's own cap: rmcp's view wraps the payload in an object."""
     if anatomy.readable is None or anatomy.readable[:1] != b"{":
         return None
     try:
-        document = json_loads(anatomy.readable)
+        document = json_loads(anatomy.readable, MAX_DEPTH + 1)
     except EncodingError:
         return None
+    refuse_lone_surrogate(anatomy.readable, document, "the readable claims")
     return document if isinstance(document, dict) else None

@@ -67,6 +67,9 @@ def _log() -> Any:
 
 
 STATUSES = ("pending", "primary", "active", "retired")
+#: The latest ``since`` a key may carry, 9999-12-31T23:59:59Z: any later one is damage (every
+#: writer records the time of a change), and could not be shown as a date.
+LAST_SECOND = 253_402_300_799
 _HEX_DIGITS = "0123456789abcdef"
 
 
@@ -247,7 +250,14 @@ class _Table:
 
     __slots__ = ("by_kid", "derived", "keys", "primary")
 
-    def __init__(self, keys: Iterable[Key], source: str, previous: _Table | None = None) -> None:
+    def __init__(
+        self,
+        keys: Iterable[Key],
+        source: str,
+        previous: _Table | None = None,
+        *,
+        secrets: bool = True,
+    ) -> None:
         self.keys: tuple[Key, ...] = ()
         self.by_kid: dict[str, Key] = {}
         self.primary: dict[str, Key] = {}
@@ -256,11 +266,14 @@ class _Table:
         for key in keys:
             if previous is not None:
                 key = _keep_prepared(key, previous.by_kid.get(key.kid))
-            self._admit(key, source)
+            self._admit(key, source, secrets)
             admitted.append(key)
         self.keys = tuple(admitted)
 
-    def _admit(self, key: Key, source: str) -> None:
+    def _admit(self, key: Key, source: str, secrets: bool) -> None:
+        """Check one key against the keyset's invariants. Without ``secrets`` (the clear list
+        of an encrypted file, read without its KEK) the checks that need the secret are left
+        out, and every other one holds, so nothing unchecked reaches the key table."""
         where = f"{source}: key {key.kid!r}"
         if not is_kid(key.kid):
             raise KeysetInvalid(f"{where}: a key id must be 8 lowercase hex digits")
@@ -268,7 +281,7 @@ class _Table:
             raise KeysetInvalid(
                 f"{where}: unknown alg {key.alg!r}; use one of {', '.join(ALGORITHMS)}"
             )
-        if not secret_length_ok(key.alg, key.secret):
+        if secrets and not secret_length_ok(key.alg, key.secret):
             wanted = _algorithms.secret_rule(key.alg)
             raise KeysetInvalid(
                 f"{where}: {key.alg} needs a secret of {wanted} bytes, this one has "
@@ -278,7 +291,7 @@ class _Table:
         problem = _algorithms.sdk_kid_problem(key.alg, key.sdk_kid)
         if problem is not None:
             raise KeysetInvalid(f"{where}: {problem}")
-        implied = derived_kid(key.alg, key.secret, key.sdk_kid)
+        implied = derived_kid(key.alg, key.secret, key.sdk_kid) if secrets else None
         if implied is not None and implied != key.kid:
             raise KeysetInvalid(
                 f"{where}: the id of a {key.alg} key is derived from its secret ({implied}); "
@@ -769,7 +782,10 @@ def _key_from_jwk(jwk: Any, source: str, index: int) -> Key:
         raise KeysetInvalid(f"{where} is not a JSON object")
     unknown = sorted(set(jwk) - _KEY_MEMBERS)
     if unknown:
-        raise KeysetInvalid(f"{where} has unknown members {', '.join(unknown)}; remove them")
+        from ._printable import printable  # the file's text: inert in messages and logs
+
+        names = printable(", ".join(unknown), 200)
+        raise KeysetInvalid(f"{where} has unknown members {names}; remove them")
     if jwk.get("kty") != "oct":
         raise KeysetInvalid(f'{where}: kty must be "oct" (a symmetric key)')
     for member in ("kid", "alg", "k"):
@@ -784,10 +800,12 @@ def _key_from_jwk(jwk: Any, source: str, index: int) -> Key:
     status = jwk.get("status", "primary")
     since = jwk.get("since", {})
     if not isinstance(since, dict) or not all(
-        name in STATUSES and type(at) is int and at >= 0 for name, at in since.items()
+        name in STATUSES and type(at) is int and 0 <= at <= LAST_SECOND
+        for name, at in since.items()
     ):
         raise KeysetInvalid(
-            f"{where} (kid {jwk['kid']!r}): since must map statuses to unix seconds"
+            f"{where} (kid {jwk['kid']!r}): since must map statuses to unix seconds "
+            "(0 to the end of year 9999)"
         )
     sdk_kid = jwk.get("sdk_kid")
     if sdk_kid is not None and not isinstance(sdk_kid, str):
@@ -813,4 +831,8 @@ def listed_without_kek(path: str | os.PathLike[str]) -> tuple[str, list[Key]] | 
     if not is_encrypted(document):
         return None
     kek_uri, metadata = metadata_of(document, target)
-    return kek_uri, [_key_from_jwk({**jwk, "k": ""}, target, n) for n, jwk in enumerate(metadata)]
+    keys = [_key_from_jwk({**jwk, "k": ""}, target, n) for n, jwk in enumerate(metadata)]
+    # every invariant a loaded keyset holds, bar those that need the secrets: a damaged or
+    # hostile clear list is a one-line KeysetInvalid, and what is listed is ids, algorithms and
+    # statuses this program knows (nothing a terminal would act on)
+    return kek_uri, list(_Table(keys, target, secrets=False).keys)

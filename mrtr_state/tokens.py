@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._encoding import b64url_encode, encode_parsed
 from ._entropy import random_bytes
+from ._surrogates import BACKSLASH, refuse_lone_surrogate
 from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
@@ -244,6 +245,8 @@ def _verified(
     fmt, key, plaintext, text = _open(keyset, token, format, policy, binding)
     moment = time.time() if now is None else now
     claims = fmt.envelope.accept(plaintext, key, fmt, binding, moment, policy, carried)
+    if BACKSLASH in plaintext:  # only an escape can spell a lone surrogate (see _surrogates)
+        refuse_lone_surrogate(plaintext, claims, "the claims")
     if once is not None:
         from .replay import token_key
 

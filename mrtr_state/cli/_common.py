@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from .._encoding import EncodingError, json_dumps, json_loads
+from .._encoding import MAX_DEPTH, EncodingError, json_dumps, json_loads
 from ..durations import parse_duration
 from ..formats import FORMAT_NAMES
 
@@ -28,11 +28,21 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: How deep a --json report may nest: a token's claims may reach MAX_DEPTH, and a report puts
+#: them one level down (two for rmcp, whose view wraps the payload in an object).
+REPORT_DEPTH = MAX_DEPTH + 2
+
+
+def json_report(value: Any) -> str:
+    """``value`` as compact JSON for --json output (see :data:`REPORT_DEPTH`)."""
+    return json_dumps(value, REPORT_DEPTH)
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``)."""
     from .._printable import terminal_json
 
-    click.echo(terminal_json(json_dumps(value)))
+    click.echo(terminal_json(json_report(value)))
 
 
 def fail(message: str, code: int) -> NoReturn:
