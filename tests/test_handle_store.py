@@ -172,3 +172,113 @@ def test_sentinel_finds_the_primary_and_a_failover_fails_closed_then_recovers() 
                 time.sleep(0.5)
         assert failures and taken is not None and taken.handed  # on the promoted replica
         filed(store, "after")
+
+
+# --- the proxy's own client (mrtr_state._resp), on the same real topologies ------------------
+
+
+def run_async(store_url: str, scenario: Any) -> Any:
+    async def main() -> Any:
+        store = open_handle_store(store_url, asyncio=True)
+        try:
+            return await scenario(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+async def afiled(store: Any, state: str = "s") -> bytes:
+    _, ident = handles.new_handle()
+    now = time.time()
+    value = handles.encode_record(ident, state, BOUND, now=now, ttl=300)
+    await store.put(handles.record_key(ident), value, now + 301)
+    return ident
+
+
+async def atake(store: Any, ident: bytes, binding: Any = BOUND) -> Any:
+    return await store.take(handles.record_key(ident), handles.lock_of(ident, binding))
+
+
+def test_the_slot_of_a_key_is_redis_clusters() -> None:
+    from mrtr_state._resp import slot_of
+
+    # values Redis's CLUSTER KEYSLOT gives (and its {hash tag} rule)
+    assert slot_of(b"foo") == 12182 and slot_of(b"bar") == 5061
+    assert slot_of(b"{user1000}.following") == slot_of(b"user1000")
+    assert slot_of(b"foo{}{bar}") == slot_of(b"foo{}{bar}") and slot_of(b"") == 0
+
+
+def test_the_proxys_client_on_a_cluster_follows_a_moved_slot() -> None:
+    with cluster() as (nodes, url):
+        for node in nodes:  # the real slots, from the cluster itself
+            assert int(node.cli("cluster", "keyslot", "foo")) == 12182
+
+        async def scenario(store: Any) -> None:
+            idents = [await afiled(store, f"s{n}") for n in range(60)]
+            # the map goes stale (as after a resharding): every slot said to be on one node
+            router = store._router
+            slots = await router._map()
+            router._slots = [slots[0]] * 16384
+            taken = [await atake(store, ident) for ident in idents]
+            assert all(found is not None and found.handed for found in taken)
+            assert [await atake(store, ident) for ident in idents] == [None] * len(idents)
+
+        run_async(url, scenario)
+
+
+def test_the_proxys_client_follows_a_sentinel_failover() -> None:
+    with sentinel_watched() as (primary, replica, _, url):
+
+        async def scenario(store: Any) -> int:
+            ident = await afiled(store, "before")
+            deadline = time.monotonic() + 10
+            while replica.cli("get", handles.record_key(ident)) == "":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            primary.kill()
+            failures = 0
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    taken = await atake(store, ident)
+                    break
+                except StateStoreError:
+                    failures += 1
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.5)
+            assert taken is not None and taken.handed
+            await afiled(store, "after")
+            return failures
+
+        assert run_async(url, scenario) > 0  # refused while the failover ran, never accepted
+
+
+def test_the_proxys_client_fails_closed_and_reconnects() -> None:
+    with private_redis() as (server, url):
+
+        async def scenario(store: Any) -> None:
+            ident = await afiled(store)
+            assert await store.probe() is None
+            assert (await atake(store, ident, OTHER)).handed is False
+            server.kill()
+            server.wait(10)
+            with pytest.raises(StateStoreError):
+                await atake(store, ident)
+            with pytest.raises(StateStoreError):
+                await afiled(store)
+            assert "cannot be reached" in (await store.probe() or "")
+
+        run_async(url, scenario)
+
+
+def test_the_proxys_client_loads_its_script_where_it_is_missing() -> None:
+    with private_redis() as (_, url):
+        import redis
+
+        async def scenario(store: Any) -> None:
+            ident = await afiled(store)
+            redis.Redis.from_url(url).script_flush()  # as after a restart or a promotion
+            assert (await atake(store, ident)).handed
+
+        run_async(url, scenario)
