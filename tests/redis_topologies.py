@@ -124,9 +124,10 @@ def cluster(masters: int = 3) -> Iterator[tuple[list[Node], str]]:
                 check=False,
             )
             assert created.returncode == 0, created.stdout + created.stderr
-            deadline = time.monotonic() + 30
-            while "cluster_state:ok" not in nodes[0].cli("cluster", "info"):
-                assert time.monotonic() < deadline, nodes[0].cli("cluster", "info")
+            deadline = time.monotonic() + 60
+            # every node must see the cluster up: one that does not yet answers CLUSTERDOWN
+            while not all("cluster_state:ok" in node.cli("cluster", "info") for node in nodes):
+                assert time.monotonic() < deadline, [n.cli("cluster", "info") for n in nodes]
                 time.sleep(0.1)
             yield nodes, "redis+cluster://" + ",".join(addresses)
         finally:
