@@ -1,4 +1,9 @@
-"""The Python SDK's ``RequestStateCodec`` protocol, with the state kept server-side.
+"""State kept server-side, as a library: verify and inspect a handle, and the SDK's codec.
+
+:func:`verify_handle` and :func:`inspect_handle` are to handles what :func:`mrtr_state.verify`
+and :func:`mrtr_state.inspect` are to tokens (the CLI's ``verify`` and ``inspect`` call them for
+``mh1.`` text when given ``--state-store``); :class:`HandleCodec` is the Python SDK's
+``RequestStateCodec`` protocol with the state kept server-side.
 
 ``RequestStateSecurity(codec=HandleCodec("redis://10.0.0.7:6379/0"))`` is the whole change to a
 server: the SDK keeps stamping and checking its envelope (expiry, request, principal, audience),
@@ -25,7 +30,8 @@ from typing import Any
 
 from ._encoding import EncodingError, b64url_decode, b64url_encode
 from .binding import binding_of
-from .errors import InvalidToken, StateStoreError, UnknownHandle
+from .claims import Claims
+from .errors import InvalidClaims, InvalidToken, StateStoreError, UnknownHandle
 from .handle_store import open_handle_store
 from .handles import (
     DEFAULT_MAX_STATE,
@@ -38,7 +44,7 @@ from .handles import (
     record_key,
 )
 
-__all__ = ["HandleCodec"]
+__all__ = ["HandleCodec", "inspect_handle", "verify_handle"]
 
 _log = logging.getLogger("mrtr_state")
 _UNBOUND = binding_of()
@@ -98,6 +104,73 @@ class HandleCodec:
         except EncodingError:
             _log.warning("requestState refused: the stored record's state is not base64url")
             raise InvalidRequestState("invalid_claims") from None
+
+
+def verify_handle(
+    store: Any,
+    handle: str,
+    *,
+    principal: str | None = None,
+    audience: str | None = None,
+    request_id: str | None = None,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    once: bool = False,
+    now: float | None = None,
+) -> Claims:
+    """The claims of ``handle``'s record, checked as a retry stating these bindings would be:
+    the same run of checks as the proxy's (:func:`mrtr_state.handles.accept`). The record is only
+    read, unless ``once``: then it is taken, as the retry takes it (it opens no second time).
+
+    Raises the :class:`~mrtr_state.errors.InvalidToken` subclass that names the refusal, or
+    :class:`~mrtr_state.errors.StateStoreError`. ``claims.state`` is the stored state (text);
+    ``claims.sub`` is None (the record keeps only a digest of the principal).
+    """
+    binding = binding_of(
+        principal=principal,
+        request_id=request_id,
+        audience=audience,
+        method=method,
+        target=target,
+        arguments=arguments,
+    )
+    ident = handle_id(handle)
+    key, lock = record_key(ident), lock_of(ident, binding)
+    if once:
+        found = store.take(key, lock)
+        value, handed = (None, False) if found is None else (found.value, found.handed)
+    else:
+        value = store.peek(key)
+        handed = value is not None and value[:43] == lock.encode("ascii")
+    if value is None:
+        raise UnknownHandle("unknown handle: never issued, already used, or expired")
+    record = decode_record(value)
+    state = accept(record, binding, now=time.time() if now is None else now)
+    if not handed:  # every binding matched, yet the lock did not: a damaged record
+        raise InvalidClaims("the stored record's lock does not match its bindings")
+    return Claims(state, record.iat, record.exp, None, None, record.aud, record.rid)
+
+
+def inspect_handle(
+    store: Any, handle: str, *, show_state: bool = False, now: float | None = None
+) -> dict[str, Any]:
+    """What the store holds for ``handle``, unverified (no binding is checked and nothing is
+    taken): the record's owner digest, audience, request fingerprint and times, and its state
+    only with ``show_state``. ``found`` is False for a handle the store does not hold."""
+    ident = handle_id(handle)
+    key = record_key(ident)
+    value = store.peek(key)
+    report: dict[str, Any] = {"format": "handle", "ref": key[-8:], "found": value is not None}
+    if value is None:
+        return report
+    record = decode_record(value)
+    moment = time.time() if now is None else now
+    report.update(record.to_dict())
+    report["expired"] = not moment <= record.exp
+    if show_state:
+        report["state"] = record.state
+    return report
 
 
 def _envelope_expiry(payload: bytes, now: float) -> float:

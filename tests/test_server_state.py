@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mrtr_state.handle_codec import HandleCodec
 from mrtr_state.handle_store import MemoryHandleStore, open_handle_store
+from mrtr_state.server_state import HandleCodec
 
 from .helpers import private_redis
 
@@ -127,3 +127,98 @@ def test_a_store_that_is_down_refuses_and_files_nothing() -> None:
 
         with pytest.raises(StateStoreError):
             codec.seal(b'{"exp": 4102444800}')
+
+
+# --- verify and inspect a handle, as the CLI does ------------------------------------------
+
+from mrtr_state import handles  # noqa: E402
+from mrtr_state.binding import binding_of  # noqa: E402
+from mrtr_state.errors import (  # noqa: E402
+    AudienceMismatch,
+    ExpiredToken,
+    InvalidClaims,
+    MalformedToken,
+    PrincipalMismatch,
+    RequestMismatch,
+    UnknownHandle,
+)
+from mrtr_state.server_state import inspect_handle, verify_handle  # noqa: E402
+
+NOW = 1_800_000_000.0
+BOUND: dict[str, Any] = {
+    "principal": "alice",
+    "audience": "/mcp",
+    "method": "tools/call",
+    "target": "deploy",
+    "arguments": {"env": "prod"},
+}
+
+
+def filed_handle(store: Any, state: str = "step=1") -> str:
+    handle, ident = handles.new_handle()
+    value = handles.encode_record(ident, state, binding_of(**BOUND), now=NOW, ttl=300)
+    store.put(handles.record_key(ident), value, NOW + 10**9)
+    return handle
+
+
+def test_verify_reads_a_record_and_once_takes_it() -> None:
+    store = MemoryHandleStore()
+    handle = filed_handle(store)
+    claims = verify_handle(store, handle, now=NOW + 1, **BOUND)
+    assert claims.state == "step=1" and claims.aud == "/mcp" and claims.exp == NOW + 300
+    assert verify_handle(store, handle, now=NOW + 1, **BOUND).state == "step=1"  # only read
+    assert verify_handle(store, handle, once=True, now=NOW + 1, **BOUND).state == "step=1"
+    with pytest.raises(UnknownHandle):
+        verify_handle(store, handle, once=True, now=NOW + 1, **BOUND)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"principal": "bob"}, PrincipalMismatch),
+        ({"principal": None}, PrincipalMismatch),
+        ({"audience": "/other"}, AudienceMismatch),
+        ({"arguments": {"env": "dev"}}, RequestMismatch),
+    ],
+)
+@pytest.mark.parametrize("once", [False, True])
+def test_verify_refuses_another_retry_and_leaves_the_record(
+    change: dict[str, Any], error: type[Exception], once: bool
+) -> None:
+    store = MemoryHandleStore()
+    handle = filed_handle(store)
+    with pytest.raises(error):
+        verify_handle(store, handle, once=once, now=NOW, **{**BOUND, **change})
+    assert verify_handle(store, handle, once=True, now=NOW, **BOUND).state == "step=1"
+
+
+def test_verify_refuses_an_expired_record_and_what_is_no_handle() -> None:
+    store = MemoryHandleStore()
+    handle = filed_handle(store)
+    with pytest.raises(ExpiredToken):
+        verify_handle(store, handle, now=NOW + 301, **BOUND)
+    with pytest.raises(MalformedToken):
+        verify_handle(store, "mh1.AAAAAAAAAAAAAAAAAAAAAAAAAAA", now=NOW, **BOUND)
+    with pytest.raises(UnknownHandle):
+        verify_handle(store, handles.new_handle()[0], now=NOW, **BOUND)
+
+
+def test_verify_refuses_a_record_whose_lock_is_not_its_bindings() -> None:
+    store = MemoryHandleStore()
+    handle, ident = handles.new_handle()
+    value = handles.encode_record(ident, "s", binding_of(**BOUND), now=NOW, ttl=300)
+    store.put(handles.record_key(ident), b"x" * 43 + value[43:], NOW + 10**9)
+    with pytest.raises(InvalidClaims, match="lock does not match"):
+        verify_handle(store, handle, now=NOW, **BOUND)
+
+
+def test_inspect_shows_the_record_and_the_state_only_when_asked() -> None:
+    store = MemoryHandleStore()
+    handle = filed_handle(store, "secret state")
+    shown = inspect_handle(store, handle, now=NOW)
+    assert shown["found"] and shown["aud"] == "/mcp" and not shown["expired"]
+    assert shown["own"] and "alice" not in json.dumps(shown) and "state" not in shown
+    assert inspect_handle(store, handle, show_state=True, now=NOW)["state"] == "secret state"
+    assert inspect_handle(store, handle, now=NOW + 301)["expired"]
+    missing = inspect_handle(store, handles.new_handle()[0])
+    assert missing["found"] is False and set(missing) == {"format", "ref", "found"}
