@@ -211,12 +211,16 @@ def test_start_up_errors_are_clear_and_have_their_exit_codes(tmp_path: Path) -> 
         port = taken.getsockname()[1]
         busy = run_cli(*base, "--admin-listen", str(port), "--listen", f"127.0.0.1:{free_port()}")
     assert busy.returncode == 7 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # the admin port free, --listen taken
+        port = taken.getsockname()[1]
+        main = run_cli(*base, "--admin-listen", str(free_port()), "--listen", f"127.0.0.1:{port}")
+    assert main.returncode == 7 and f"cannot listen on 127.0.0.1:{port}:" in main.stderr
     missing = run_cli("--keyset", str(tmp_path / "none.json"), *base[2:])
     assert missing.returncode == 6 and "no keyset at" in missing.stderr
     keyset.chmod(0o644)
     loose = run_cli(*base)
     assert loose.returncode == 6 and "mode 0644" in loose.stderr
-    for result in (bad, busy, missing, loose):
+    for result in (bad, busy, main, missing, loose):
         assert "Traceback" not in result.stderr
 
 

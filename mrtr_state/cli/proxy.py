@@ -329,17 +329,20 @@ def _run(
     )
     admin = admin_sock = None
     server.hold_sigterm()  # from the moment clients can connect, a SIGTERM stops it cleanly
+    where = listen
     try:
-        sock = server.bind(host, port)
+        # the admin listener first: once the proxy's own port accepts, its probes answer too
         if admin_address is not None and metrics is not None:
             from ..proxy.admin import AdminApp
 
             admin = AdminApp(keyset, proxy.upstream, metrics, store=store)
+            where = ":".join(map(str, admin_address))
             admin_sock = server.bind(*admin_address)
+            where = listen
+        sock = server.bind(host, port)
     except OSError as err:
-        where = (
-            listen if admin is None or admin_address is None else ":".join(map(str, admin_address))
-        )
+        if admin_sock is not None:
+            admin_sock.close()
         say.fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
     served = sorted(path.decode("ascii") for path in proxy.paths)
     if store is not None:
