@@ -5,16 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo example lint docs test bench fuzz clean
+.PHONY: help install demo example lint docs test bench fuzz lock clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Development pins live in requirements/*.txt, not in extras: the wheel's metadata carries none.
+$(STAMP): pyproject.toml requirements/dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e . -r requirements/dev.txt
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv if needed and install mrtr-state with its dev tools
@@ -34,8 +35,8 @@ lint: $(STAMP) ## ruff (lint and format check), mypy --strict, and bash -n on ev
 	$(BIN)/mypy
 
 DOCS_STAMP := $(VENV)/.installed-docs
-$(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[docs]' --config-settings editable_mode=compat
+$(DOCS_STAMP): $(STAMP) requirements/docs.txt
+	$(BIN)/python -m pip install --quiet -r requirements/docs.txt
 	@touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP) ## Build the documentation site into build/site (strict: a broken link fails)
@@ -45,14 +46,15 @@ test: lint docs ## Lint, build the docs, then the whole test suite (fails if no 
 	$(BIN)/python -m pytest
 
 bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writes bench/results.*)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -r requirements/dev.txt -r requirements/bench.txt
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/proxy_load.py
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600
 FUZZ_FORMATS := aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php
-fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each); a crash fails, its input kept in fuzz/crashes/
+FRAMING_CASES ?= 20000
+fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each), then the proxy's framing under both HTTP parsers (FRAMING_CASES random streams on a new seed); a crash fails, its input kept in fuzz/crashes/
 	$(BIN)/python -m pip install --quiet 'atheris==3.0.0'
 	@mkdir -p fuzz/crashes; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for target in $(addprefix parsers:,$(FUZZ_FORMATS)) json:; do \
@@ -64,6 +66,12 @@ fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a 
 			tail -n 40 "$$log" >&2; echo "fuzz $$target: exit $$status; a crashing input is kept in fuzz/crashes/" >&2; \
 			exit 1; fi; \
 	done
+	@seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); echo "framing fuzz: $(FRAMING_CASES) cases per parser, seed $$seed"; \
+	MRTR_STATE_FRAMING_CASES=$(FRAMING_CASES) MRTR_STATE_FRAMING_SEED=$$seed \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_proxy_framing.py -k fuzzer
+
+lock: $(STAMP) ## Re-pin the container images' requirements (deploy/*/*-requirements.txt, with digests)
+	$(BIN)/python scripts/lock_images.py
 
 clean: ## Remove the virtual environment and caches (keys/ is left alone)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info

@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._encoding import EncodingError, json_dumps, json_loads
+    from ._encoding import EncodingError, json_dumps, json_loads, report_json
     from ._printable import printable, terminal_json
+    from ._redis import shown as url_shown
     from .audit import FINDING_KINDS, audit_capture
     from .binding import binding_of
     from .config import KEYSET_JSON_ENV, Settings, load_settings
     from .durations import format_duration, parse_duration
+    from .handle_store import open_handle_store
     from .kek import Kek, kek_from_uri
     from .keyfile import (
         check_writable,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from .proxy import server as proxy_server
     from .proxy.admin import AdminApp
     from .proxy.app import ProxyApp
+    from .proxy.log import json_lines
     from .proxy.metrics import ProxyMetrics
     from .proxy.rewrite import StateGuard
     from .registry import (
@@ -81,17 +84,20 @@ __all__ = [
     "encode_secret",
     "format_duration",
     "json_dumps",
+    "json_lines",
     "json_loads",
     "kek_from_uri",
     "key_algorithm_of",
     "listed_without_kek",
     "load_settings",
+    "open_handle_store",
     "parse_duration",
     "printable",
     "promote",
     "proxy_server",
     "prune",
     "read_secret",
+    "report_json",
     "retire",
     "rotate",
     "sdk_kid_problem",
@@ -99,16 +105,19 @@ __all__ = [
     "secret_rule",
     "terminal_json",
     "timeline",
+    "url_shown",
     "write_secret_file",
 ]
 
 #: name -> (module, name in that module)
 _WHERE = {
+    "report_json": ("_encoding", "report_json"),
     "EncodingError": ("_encoding", "EncodingError"),
     "json_dumps": ("_encoding", "json_dumps"),
     "json_loads": ("_encoding", "json_loads"),
     "printable": ("_printable", "printable"),
     "terminal_json": ("_printable", "terminal_json"),
+    "url_shown": ("_redis", "shown"),
     "FINDING_KINDS": ("audit", "FINDING_KINDS"),
     "audit_capture": ("audit", "audit_capture"),
     "binding_of": ("binding", "binding_of"),
@@ -117,6 +126,7 @@ _WHERE = {
     "load_settings": ("config", "load_settings"),
     "format_duration": ("durations", "format_duration"),
     "parse_duration": ("durations", "parse_duration"),
+    "open_handle_store": ("handle_store", "open_handle_store"),
     "Kek": ("kek", "Kek"),
     "kek_from_uri": ("kek", "kek_from_uri"),
     "check_writable": ("keyfile", "check_writable"),
@@ -137,6 +147,7 @@ _WHERE = {
     "proxy_server": ("proxy", "server"),
     "AdminApp": ("proxy.admin", "AdminApp"),
     "ProxyApp": ("proxy.app", "ProxyApp"),
+    "json_lines": ("proxy.log", "json_lines"),
     "ProxyMetrics": ("proxy.metrics", "ProxyMetrics"),
     "StateGuard": ("proxy.rewrite", "StateGuard"),
     "FORMAT_NAMES": ("registry", "FORMAT_NAMES"),

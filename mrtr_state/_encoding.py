@@ -32,6 +32,7 @@ from __future__ import annotations
 import binascii
 import json
 import math
+import sys
 
 # hmac.compare_digest is this same C function (or OpenSSL's equivalent); importing it from
 # _operator spares every command the start-up cost of hmac, hashlib and OpenSSL's hash module.
@@ -59,6 +60,7 @@ __all__ = [
     "json_loads_object",
     "json_value_end",
     "one_shot_encoder",
+    "report_json",
 ]
 
 MAX_DEPTH = 32
@@ -343,13 +345,14 @@ def authenticated_json(data: bytes) -> Any:
     return value
 
 
-def json_value_end(text: str, at: int) -> int:
+def json_value_end(text: str, at: int) -> int | None:
     """Where the JSON value starting at ``at`` in authenticated ``text`` ends (read plainly),
-    or :class:`EncodingError`: for finding a value's own text without writing it again."""
+    or None where none starts: for finding a value's own text without writing it again."""
     try:
-        return _PLAIN(text, at)[1]
+        end: int = _PLAIN(text, at)[1]
     except (StopIteration, RecursionError, ValueError):
-        raise EncodingError("not a JSON value") from None
+        return None
+    return end
 
 
 def json_loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
@@ -440,22 +443,51 @@ def encode_parsed(value: Any) -> str:
     return _encode(value)
 
 
-def json_dumps(value: Any) -> str:
+def json_dumps(value: Any, max_depth: int = MAX_DEPTH) -> str:
     """Compact JSON that :func:`json_loads` accepts again, or ``ValueError``.
 
     What we write we must be able to read, as what it was: a token minted with state our own
     verifier refuses would be lost. So NaN, Infinity and over-deep nesting are refused here, like
     integers over Python's 4,300-digit conversion limit, and member names that are not text
-    (``{1: 2}`` would come back as ``{"1": 2}``).
+    (``{1: 2}`` would come back as ``{"1": 2}``). ``max_depth`` is for reports that wrap what a
+    token held (a state already at the cap, inside ``--json``'s object).
     """
     if isinstance(value, _CONTAINERS):
-        problem = _writable_problem(value)
+        problem = _writable_problem(value, max_depth)
         if problem is not None:
             raise ValueError(problem)
     try:
         return _encode(value)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
+
+
+#: The levels a report may add around what it shows, and then some: the stack the report is
+#: written from is deeper than the one the value was read in.
+_REPORT_HEADROOM = 200
+
+
+def report_json(value: Any) -> str:
+    """Compact JSON of a report around values a reader has already accepted (verified claims,
+    an inspected view), for ``--json`` output.
+
+    No depth cap of its own: the authenticated reader's bound (the interpreter's recursion
+    limit, see :func:`authenticated_object`) is the bound, and a state an SDK nested 500
+    levels deep is as printable as it was verifiable. The C encoder needs as many levels as the
+    C scanner did, from a deeper stack; the limit is raised by a fixed margin for the call,
+    which a value the reader accepted cannot exceed. Anything else :func:`json_dumps` refuses
+    (NaN, member names that are not text) is refused here too.
+    """
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + _REPORT_HEADROOM)  # the command line's one thread
+    try:
+        if isinstance(value, _CONTAINERS):
+            problem = _writable_problem(value, limit)
+            if problem is not None:
+                raise ValueError(problem)
+        return _encode(value)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def json_bytes(value: Any) -> bytes:

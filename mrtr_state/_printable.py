@@ -8,6 +8,10 @@ text read backwards. Every untrusted string that can reach a message goes throug
 controls as visible escapes (``\\x1b``, ``\\u202e``). JSON output (a state, claims, ``--json``)
 goes through :func:`terminal_json`, which writes the same characters as ``\\uXXXX`` escapes:
 still the same JSON to any reader, but inert on a terminal.
+
+Both also escape lone surrogates (U+D800-DFFF, which a JSON ``\\ud800`` escape can put in a
+``str``): UTF-8 cannot encode them, so printed raw they stop the output with a codec error. In
+JSON the escape is how such a value is written anyway.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def printable(text: str, limit: int | None = None) -> str:
     """``text`` with every control character escaped (cut to ``limit`` characters first)."""
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
-    return text.translate(_TABLE)
+    return _surrogates_escaped(text.translate(_TABLE))
 
 
 def terminal_json(text: str) -> str:
@@ -50,4 +54,17 @@ def terminal_json(text: str) -> str:
     Those characters can only occur inside JSON strings, where the escape means the same
     character, so the result parses to the same value.
     """
-    return text.translate(_JSON_TABLE)
+    return _surrogates_escaped(text.translate(_JSON_TABLE))
+
+
+def _surrogates_escaped(text: str) -> str:
+    """``text`` with each lone surrogate written ``\\udXXX`` (a table of all 2,048 would cost
+    every command milliseconds to build). UTF-8 refuses surrogates and nothing else, so its
+    ``backslashreplace`` touches exactly them."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

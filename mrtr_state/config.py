@@ -222,8 +222,10 @@ def _read_file(path: str) -> dict[str, Any]:
         ) from None
     unknown = sorted(set(data) - _KNOWN)
     if unknown:
+        from ._printable import printable  # a quoted TOML key may hold any text
+
         raise ConfigError(
-            f"config file {path}: unknown setting {', '.join(unknown)}; "
+            f"config file {path}: unknown setting {printable(', '.join(unknown), 200)}; "
             f"known: {', '.join(sorted(_KNOWN))}"
         )
     if isinstance(data.get("keyset"), str) and data["keyset"]:

@@ -53,7 +53,9 @@ __all__ = [
     "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
+    "StateStoreError",
     "TimeWindowError",
+    "UnknownHandle",
     "UnknownKey",
     "WrongFormat",
 ]
@@ -92,7 +94,7 @@ class MrtrStateError(Exception):
         """This error, naming the remedy ``action`` (one of :data:`REMEDIES`) with ``facts``:
         ``raise NoPrimaryKey(message).needing("add_key", alg=alg)``."""
         if action not in REMEDIES:
-            raise ValueError(f"unknown remedy {action!r}")
+            raise AssertionError(f"unknown remedy {action!r}")  # a programming error
         self.remedy = (action, facts)
         return self
 
@@ -204,6 +206,13 @@ class Replayed(InvalidToken):
     exit_code = 5
 
 
+class UnknownHandle(InvalidToken):
+    """A state handle whose record the store does not hold: never issued, already taken (a
+    handle is single use), or expired. The store cannot tell which, by design: it forgets."""
+
+    code = "unknown_handle"
+
+
 # --- keyset and configuration problems: the operator's to fix (exit 6) -------------------------
 
 
@@ -290,6 +299,14 @@ class ReplayStoreError(MrtrStateError):
 
 #: The JSON-RPC error code of a missing client capability (MCP 2026-07-28).
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+
+
+class StateStoreError(MrtrStateError):
+    """The state-handle store cannot be used now (unreachable, read-only, evicting, a clock
+    beyond the bound): the round fails closed, and no handle is given out."""
+
+    code = "state_store_error"
+    exit_code = 6
 
 
 class CapabilityMissing(MrtrStateError):

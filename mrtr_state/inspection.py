@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._encoding import EncodingError, json_loads
+from ._encoding import MAX_DEPTH, EncodingError, json_loads
+from ._surrogates import refuse_lone_surrogate
 from .errors import BadSignature, InvalidToken
 from .policy import DEFAULT_POLICY, Policy
 from .registry import Shape, shape_of, token_text
@@ -126,13 +127,14 @@ def inspect(
     notes = fmt.notes
     if len(shape.formats) > 1:
         notes = (*notes, _shared_note(shape, keyset))
+    readable = _readable_claims(anatomy)
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
             verified=False,
             envelope=envelope.kind,
             state_member=envelope.state_member,
-            claims=_readable_claims(anatomy),
+            claims=readable,
             notes=("no keyset: nothing was verified", *notes),
         )
     known = keyset.get(anatomy.kid) if anatomy.kid else None
@@ -152,7 +154,7 @@ def inspect(
             envelope=envelope.kind,
             state_member=envelope.state_member,
             key_status="unknown" if known is None else known.status,
-            claims=_readable_claims(anatomy),
+            claims=readable,
             problem=err,
             notes=notes,
         )
@@ -163,6 +165,7 @@ def inspect(
     if not anatomy.kid:  # a token that names no key: the one that opened it
         anatomy.kid = key.kid
     view = fmt.envelope.view(plaintext, key, time.time() if now is None else now, policy)
+    refuse_lone_surrogate(plaintext, view.claims, "the claims")
     return Inspection(
         anatomy=anatomy,
         verified=view.problem is None,
@@ -189,11 +192,15 @@ def _shared_note(shape: Shape, keyset: Keyset | None) -> str:
 
 
 def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:
-    """Claims a readable format shows anyone, parsed but not trusted."""
+    """Claims a readable format shows anyone, parsed but not trusted; a lone surrogate in them
+    is :class:`MalformedToken` (see ``_surrogates``), said before any key is looked at.
+
+    One level deeper than a token's own cap: rmcp's view wraps the payload in an object."""
     if anatomy.readable is None or anatomy.readable[:1] != b"{":
         return None
     try:
-        document = json_loads(anatomy.readable)
+        document = json_loads(anatomy.readable, MAX_DEPTH + 1)
     except EncodingError:
         return None
+    refuse_lone_surrogate(anatomy.readable, document, "the readable claims")
     return document if isinstance(document, dict) else None

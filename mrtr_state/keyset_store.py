@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._encoding import EncodingError, b64url_decode, json_dumps, json_loads
 from .errors import KekRequired, KeysetInvalid
 from .keyfile import keyset_lock, read_keyset_file, write_keyset_text
-from .keytable import STATUSES, Key
+from .keytable import LAST_SECOND, STATUSES, Key, KeyTable
 
 if TYPE_CHECKING:
     from .encrypted_keyset import Sealing
@@ -102,7 +102,10 @@ def key_from_jwk(jwk: Any, source: str, index: int) -> Key:
         raise KeysetInvalid(f"{where} is not a JSON object")
     unknown = sorted(set(jwk) - _KEY_MEMBERS)
     if unknown:
-        raise KeysetInvalid(f"{where} has unknown members {', '.join(unknown)}; remove them")
+        from ._printable import printable  # the file's text: inert in messages and logs
+
+        names = printable(", ".join(unknown), 200)
+        raise KeysetInvalid(f"{where} has unknown members {names}; remove them")
     if jwk.get("kty") != "oct":
         raise KeysetInvalid(f'{where}: kty must be "oct" (a symmetric key)')
     for member in ("kid", "alg", "k"):
@@ -117,10 +120,12 @@ def key_from_jwk(jwk: Any, source: str, index: int) -> Key:
     status = jwk.get("status", "primary")
     since = jwk.get("since", {})
     if not isinstance(since, dict) or not all(
-        name in STATUSES and type(at) is int and at >= 0 for name, at in since.items()
+        name in STATUSES and type(at) is int and 0 <= at <= LAST_SECOND
+        for name, at in since.items()
     ):
         raise KeysetInvalid(
-            f"{where} (kid {jwk['kid']!r}): since must map statuses to unix seconds"
+            f"{where} (kid {jwk['kid']!r}): since must map statuses to unix seconds "
+            "(0 to the end of year 9999)"
         )
     sdk_kid = jwk.get("sdk_kid")
     if sdk_kid is not None and not isinstance(sdk_kid, str):
@@ -146,4 +151,8 @@ def listed_without_kek(path: str | os.PathLike[str]) -> tuple[str, list[Key]] | 
     if not is_encrypted(document):
         return None
     kek_uri, metadata = metadata_of(document, target)
-    return kek_uri, [key_from_jwk({**jwk, "k": ""}, target, n) for n, jwk in enumerate(metadata)]
+    keys = [key_from_jwk({**jwk, "k": ""}, target, n) for n, jwk in enumerate(metadata)]
+    # every invariant a loaded keyset holds, bar those that need the secrets: a damaged or
+    # hostile clear list is a one-line KeysetInvalid, and what is listed is ids, algorithms and
+    # statuses this program knows (nothing a terminal would act on)
+    return kek_uri, list(KeyTable(keys, target, secrets=False).keys)

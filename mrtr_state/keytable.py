@@ -32,11 +32,14 @@ from .registry import (
     secret_rule,
 )
 
-__all__ = ["STATUSES", "Key", "KeyTable", "changed_key"]
+__all__ = ["LAST_SECOND", "STATUSES", "Key", "KeyTable", "changed_key"]
 
 T = TypeVar("T")
 
 STATUSES = ("pending", "primary", "active", "retired")
+#: The latest ``since`` a key may carry, 9999-12-31T23:59:59Z: any later one is damage (every
+#: writer records the time of a change), and could not be shown as a date.
+LAST_SECOND = 253_402_300_799
 
 
 class Key:
@@ -226,7 +229,14 @@ class KeyTable:
 
     __slots__ = ("by_kid", "derived", "keys", "primary")
 
-    def __init__(self, keys: Iterable[Key], source: str, previous: KeyTable | None = None) -> None:
+    def __init__(
+        self,
+        keys: Iterable[Key],
+        source: str,
+        previous: KeyTable | None = None,
+        *,
+        secrets: bool = True,
+    ) -> None:
         self.keys: tuple[Key, ...] = ()
         self.by_kid: dict[str, Key] = {}
         self.primary: dict[str, Key] = {}
@@ -235,11 +245,14 @@ class KeyTable:
         for key in keys:
             if previous is not None:
                 key = _keep_prepared(key, previous.by_kid.get(key.kid))
-            self._admit(key, source)
+            self._admit(key, source, secrets)
             admitted.append(key)
         self.keys = tuple(admitted)
 
-    def _admit(self, key: Key, source: str) -> None:
+    def _admit(self, key: Key, source: str, secrets: bool) -> None:
+        """Check one key against the keyset's invariants. Without ``secrets`` (the clear list
+        of an encrypted file, read without its KEK) the checks that need the secret are left
+        out, and every other one holds, so nothing unchecked reaches the key table."""
         where = f"{source}: key {key.kid!r}"
         if not is_kid(key.kid):
             raise KeysetInvalid(f"{where}: a key id must be 8 lowercase hex digits")
@@ -247,7 +260,7 @@ class KeyTable:
             raise KeysetInvalid(
                 f"{where}: unknown alg {key.alg!r}; use one of {', '.join(KEY_ALGORITHMS)}"
             )
-        if not secret_length_ok(key.alg, key.secret):
+        if secrets and not secret_length_ok(key.alg, key.secret):
             raise KeysetInvalid(
                 f"{where}: {key.alg} needs a secret of {secret_rule(key.alg)} bytes, this one "
                 f"has {len(key.secret)}"
@@ -255,7 +268,7 @@ class KeyTable:
         problem = sdk_kid_problem(key.alg, key.sdk_kid)
         if problem is not None:
             raise KeysetInvalid(f"{where}: {problem}")
-        implied = derived_kid(key.alg, key.secret, key.sdk_kid)
+        implied = derived_kid(key.alg, key.secret, key.sdk_kid) if secrets else None
         if implied is not None and implied != key.kid:
             raise KeysetInvalid(
                 f"{where}: the id of a {key.alg} key is derived from its secret ({implied})"

@@ -25,7 +25,9 @@ Backends, chosen by URL:
 * ``redis://host:port/db``: a fleet (``SET key 1 NX PXAT exp+max_skew``, judged by the Redis
   server's clock), through the optional ``redis`` package (``pip install 'mrtr-state[redis]'``).
   The store checks once a minute that the server's clock lies within ``max_skew`` of the
-  verifier's, and refuses a server that may evict keys under memory pressure.
+  verifier's, and refuses a server that may evict keys under memory pressure; every redemption
+  also reads, in the same script as its ``SET``, the server's count of evicted keys, and refuses
+  while an eviction may have dropped an entry that still matters (see :class:`RedisStore`).
 
 Every failure of a store (unreachable, read-only, locked, corrupt, foreign, a clock beyond the
 bound) raises :class:`ReplayStoreError`: verification fails closed rather than silently accepting
@@ -44,7 +46,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from . import errors as ms_errors
 from .errors import ReplayStoreError
@@ -177,13 +179,18 @@ class SqliteStore:
         self.max_skew, self.horizon = _bounds(max_skew, horizon)
         self._sqlite = sqlite3
         self.path = Path(path)
+        # every connection and check names the file the store opened, whatever the working
+        # folder becomes later (a relative path would name another file after a chdir), and
+        # a connection never creates it (mode=rw): a deleted file is not quietly made again
+        self._file = os.path.abspath(self.path)
+        self._uri = "file:" + quote(self._file) + "?mode=rw"
         self.timeout = timeout
-        _prepare_private_file(self.path)
+        self._identity = _prepare_private_file(self.path)
         self._local = threading.local()
         self._writes = 0
         with self._errors("open"):
             # the file is checked before anything is written to it (journal mode included)
-            first = self._sqlite.connect(self.path, timeout=timeout, isolation_level=None)
+            first = self._connect()
             try:
                 self._adopt(first)
             finally:
@@ -238,11 +245,38 @@ class SqliteStore:
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._sqlite.connect(self.path, timeout=self.timeout, isolation_level=None)
+            self._check_file()
+            connection = self._connect()
+            self._local.connection = connection
+            self._check_file()  # the file connected to is the one opened (no swap between)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
-            self._local.connection = connection
         return connection
+
+    def _connect(self) -> sqlite3.Connection:
+        return self._sqlite.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
+
+    def _check_file(self) -> None:
+        """Refuse once the path no longer names the file this store opened.
+
+        A file deleted, renamed or replaced under a running process splits the store in two: the
+        process goes on writing to the file it holds open, and a process started later opens
+        the one now at the path; each accepts a token the other already redeemed. Its device
+        and inode, taken when the store was opened, are compared with the path's before and
+        after every redemption (a ``stat`` each); while the store holds the file open no other
+        file can be given that inode.
+        """
+        try:
+            info = os.stat(self._file)
+        except OSError:
+            info = None
+        if info is None or (info.st_dev, info.st_ino) != self._identity:
+            raise ReplayStoreError(
+                f"replay store {self.path} was deleted, renamed or replaced under this process: "
+                "the file it opened is no longer the one at that path, and two files would be "
+                "two stores that each accept a token once; refusing until the store is opened "
+                "again (restart) on the file now at the path"
+            )
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
@@ -250,7 +284,12 @@ class SqliteStore:
         lapsed = now - self.max_skew
         with self._errors("record a redemption"):
             db = self._connection()
+            # before the write, so that nothing is written once the file is swapped (its
+            # journal stays at the path, where the file now there would read it), and after it,
+            # for a swap in the moment between
+            self._check_file()
             recorded = db.execute(_SQLITE_REDEEM, (key, expires_at, lapsed)).rowcount == 1
+            self._check_file()
             if recorded:
                 self._writes += 1
                 if self._writes % _PURGE_EVERY == 0:
@@ -278,6 +317,39 @@ def _columns(db: sqlite3.Connection) -> list[tuple[str, str, int, int]]:
     return [(row[1], str(row[2]).upper(), row[3], row[5]) for row in rows]
 
 
+# One redemption, atomic on the server (a script runs alone): the eviction count and the
+# server's time, the store's record of both (its ``meta`` hash: the count last seen, when the
+# refusal after an eviction ends, and an epoch naming this incarnation of the data), then the
+# test-and-set. Replies: {1, epoch} recorded, {0, epoch} already redeemed, {-1, epoch, until_ms,
+# count} refused after an eviction or a loss of the store's data; an error if there is no count.
+_REDIS_REDEEM = """
+local stats = redis.call('INFO', 'stats')
+local count = string.match(stats, '\\r\\nevicted_keys:(%d+)')
+if not count then return redis.error_reply('no evicted_keys in INFO stats') end
+count = tonumber(count)
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local meta = redis.call('HMGET', KEYS[2], 'epoch', 'evicted', 'until')
+local epoch, seen, until_ms = meta[1], tonumber(meta[2]), tonumber(meta[3]) or 0
+local lost = false
+if not epoch then
+  epoch = ARGV[4]
+  seen = count
+  lost = ARGV[3] ~= ''
+  redis.call('HSET', KEYS[2], 'epoch', epoch, 'evicted', count, 'until', 0)
+elseif ARGV[3] ~= '' and ARGV[3] ~= epoch then
+  lost = true
+end
+if lost or count ~= seen then
+  until_ms = math.max(until_ms, now_ms + tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[2], 'evicted', count, 'until', until_ms)
+end
+if now_ms < until_ms then return {-1, epoch, until_ms, count} end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PXAT', ARGV[1]) then return {1, epoch} end
+return {0, epoch}
+"""
+
+
 class RedisStore:
     """A Redis server shared by a fleet: ``SET key 1 NX PXAT`` is the atomic test-and-set.
 
@@ -286,9 +358,23 @@ class RedisStore:
     eviction policy: a server whose clock lies beyond ``max_skew`` of the verifier's, or that
     may evict keys before they expire (a ``maxmemory`` with a policy other than
     ``noeviction``), cannot keep the promise, and every redemption fails closed until it can.
+
+    That look is a minute old at worst, and a policy is a promise about the future anyway: an
+    entry written under ``noeviction`` is dropped all the same if the policy changes later. So
+    what single use rests on is what did happen: each redemption runs as one script that reads
+    the server's ``evicted_keys`` counter and its clock before its ``SET``. A counter that moved
+    since any verifier of the fleet last looked (kept in the ``meta`` hash beside the entries)
+    means a key may have been evicted, an entry among them, and that entry matters until its
+    token's ``exp + max_skew``, at most ``horizon + max_skew`` from now: every redemption is
+    refused until then (the refusal is kept in the hash, so every replica and every new process
+    honours it). The hash also carries a random epoch: a process that finds it gone or replaced
+    (a restart without persistence, ``FLUSHALL``, the hash evicted) knows the entries went with
+    it and refuses the same way. What stays open (docs/single-use.md): a process that first
+    reaches the store after such a loss cannot tell it from a new store.
     """
 
     PREFIX = "mrtr-state:redeemed:"
+    META = "mrtr-state:meta"
     CHECK_EVERY = 60.0
 
     def __init__(
@@ -306,6 +392,9 @@ class RedisStore:
         self._redis_error: type[Exception] = redis.RedisError
         self._offset = 0.0  # the server's clock minus this host's, as last measured
         self._checked_at = -math.inf  # monotonic time of that measurement
+        self._script = self._client.register_script(_REDIS_REDEEM)
+        self._epoch = b""  # the store's epoch as this process last saw it (none yet)
+        self._new_epoch = os.urandom(12).hex()  # the epoch written if the store has none
 
     def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
@@ -321,12 +410,24 @@ class RedisStore:
                     f"{self.max_skew:.0f} s; single use cannot be promised: fix the clocks (NTP)"
                 )
             keep_until_ms = math.ceil((expires_at + self.max_skew) * 1000)
-            stored = self._client.execute_command(
-                "SET", self.PREFIX + key, b"1", "NX", "PXAT", keep_until_ms
+            refuse_ms = math.ceil((self.horizon + self.max_skew) * 1000)
+            answer = self._script(
+                keys=[self.PREFIX + key, self.META],
+                args=[keep_until_ms, refuse_ms, self._epoch, self._new_epoch],
             )
         except self._redis_error as err:
             raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
-        return stored is not None
+        outcome, self._epoch = int(answer[0]), answer[1]
+        if outcome == -1:
+            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(answer[2] / 1000))
+            raise ReplayStoreError(
+                f"replay store {self._shown()}: the server has evicted keys (evicted_keys "
+                f"{answer[3]}) or lost this store's data since a verifier last looked, so the "
+                f"entry of a redeemed token may be gone: every redemption is refused until "
+                f"{until} (horizon + max_skew later); keep maxmemory-policy noeviction "
+                "(docs/single-use.md)"
+            )
+        return outcome == 1
 
     def _check_server(self) -> None:
         before = time.time()
@@ -352,12 +453,13 @@ class RedisStore:
         self._client.close()
 
 
-def _prepare_private_file(path: Path) -> None:
+def _prepare_private_file(path: Path) -> tuple[int, int]:
     """Create the database 0600 if it is new, and refuse one that others own or may write.
 
     The redeemed set decides whether a token is accepted a second time: a store another user can
     write (or replace, through its folder) could be emptied to replay tokens. The rules are the
-    keyset file's (owner and mode, and a folder only its owner may write in).
+    keyset file's (owner and mode, and a folder only its owner may write in). Returns the
+    file's (device, inode), what the store later checks the path against.
     """
     from . import keyfile
 
@@ -379,6 +481,7 @@ def _prepare_private_file(path: Path) -> None:
             f"replay store {path} {problem.replace('a keyset', 'a replay store')}; fix with: "
             f"chmod 600 {path}"
         )
+    return info.st_dev, info.st_ino
 
 
 def open_store(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._encoding import b64url_encode, encode_parsed
 from ._entropy import fresh
+from ._surrogates import BACKSLASH, refuse_lone_surrogate
 from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
@@ -231,6 +232,8 @@ def _verified(
     fmt, key, plaintext, text = _open(keyset, token, format, policy, binding.associated)
     moment = time.time() if now is None else now
     claims = fmt.envelope.accept(plaintext, key, binding, moment, policy, carried)
+    if BACKSLASH in plaintext:  # only an escape can spell a lone surrogate (see _surrogates)
+        refuse_lone_surrogate(plaintext, claims, "the claims")
     if once is not None:
         from .replay import token_key
 

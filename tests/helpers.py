@@ -148,6 +148,8 @@ class ProxyProcess:
         *more: str,
         parser: str = "httptools",
         principal: tuple[str, ...] = ("--principal-header", "X-Forwarded-User"),
+        upstream_path: str = "/mcp",
+        listen_host: str = "127.0.0.1",
     ) -> None:
         self.port = free_port()
         self.log: list[dict[str, Any]] = []
@@ -155,7 +157,8 @@ class ProxyProcess:
         self.process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "mrtr_state", "proxy", "--keyset", str(keyset)),
-                *("--upstream", upstream_url + "/mcp", "--listen", f"127.0.0.1:{self.port}"),
+                *("--upstream", upstream_url + upstream_path),
+                *("--listen", f"{listen_host}:{self.port}"),
                 *principal,
                 *("--json-log", "--http", parser, *more),
             ],

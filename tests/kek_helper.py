@@ -2,9 +2,12 @@
 KMS helper would, holding its AES-256 key in the file named by its first argument.
 
 Run as ``python tests/kek_helper.py KEYFILE``. ``MRTR_TEST_KEK_MODE`` makes it misbehave as a
-broken helper can (``fail``, ``garbage``, ``huge``, ``refuse``, ``short``, ``extra``);
-``MRTR_TEST_KEK_LOG`` names a file it appends each operation to, so tests can count calls to the
-KEK.
+broken helper can (``fail``, ``garbage``, ``huge``, ``refuse``, ``short``, ``extra``; ``flood``:
+300 MB on stdout; ``stderr-flood``: 20 MB on stderr, then its reason, exit 1; ``orphan``: a
+child that holds stdout and stderr open for five minutes, then the right answer;
+``orphan-hang``: that child, then no answer at all); ``MRTR_TEST_KEK_CHILD`` names a file the
+child's process id is written to. ``MRTR_TEST_KEK_LOG`` names a file it appends each operation
+to, so tests can count calls to the KEK.
 """
 
 from __future__ import annotations
@@ -39,6 +42,27 @@ def main() -> int:
         with open(log, "a") as handle:
             handle.write(op + "\n")
     mode = os.environ.get("MRTR_TEST_KEK_MODE", "")
+    if mode in ("orphan", "orphan-hang"):
+        import subprocess  # the child inherits stdout and stderr, as a shell's & would
+
+        child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+        with open(os.environ["MRTR_TEST_KEK_CHILD"], "w") as handle:
+            handle.write(str(child.pid))
+        if mode == "orphan-hang":
+            import time
+
+            time.sleep(300)
+    if mode == "flood":
+        block = b"A" * (1 << 20)
+        for _ in range(300):
+            sys.stdout.buffer.write(block)
+        return 0
+    if mode == "stderr-flood":
+        noise = "noise " * 1000 + "\n"
+        for _ in range(3500):
+            sys.stderr.write(noise)
+        print("the KMS said: ThrottlingException", file=sys.stderr)
+        return 1
     if mode == "fail":
         print("the KMS said: AccessDeniedException for this role", file=sys.stderr)
         return 1

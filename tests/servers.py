@@ -169,6 +169,32 @@ class NaiveServer:
 
 
 PLAIN = "PLAIN-STATE-eyJzZWNyZXQiOnRydWV9"
+#: Messages a client may read as a response while the proxy, by its first reading, would not.
+_ODD_MESSAGES: dict[str, dict[str, Any]] = {
+    "method-null": {"method": None},
+    "method-number": {"method": 1},
+    "method-null-sse": {"method": None},
+    "id-upper": {"ID": 41},
+    "id-upper-sse": {"ID": 41},
+    "id-upper-batch": {"Id": 41},
+}
+#: Events whose data field a lenient client may read and a browser does not: what precedes
+#: the JSON-RPC message in each.
+_ODD_EVENTS = {
+    "sse-data-space": b"data : ",
+    "sse-space-data": b" data: ",
+    "sse-upper": b"Data: ",
+    "sse-nul": b": \x00\ndata: ",
+    "sse-not-utf8": b": \xff\xfe\ndata: ",
+    # a comment or id a client splitting lines as str.splitlines does reads as data
+    "sse-ls-comment": b": x\xe2\x80\xa8data: ",
+    "sse-ps-comment": b": x\xe2\x80\xa9data: ",
+    "sse-nel-comment": b": x\xc2\x85data: ",
+    "sse-ff-comment": b": x\x0cdata: ",
+    "sse-vt-comment": b": x\x0bdata: ",
+    "sse-rs-comment": b": x\x1edata: ",
+    "sse-ls-id": b"id: 7\xe2\x80\xa8data: ",
+}
 
 
 class ScriptedUpstream:
@@ -181,8 +207,15 @@ class ScriptedUpstream:
     after an event framed by a lone CR; ``unterminated`` ends it inside the event; ``gzip``
     compresses its JSON answer; ``dup-json`` hides the state in a duplicate ``result``;
     ``text-json`` answers JSON as text/plain; ``object-state`` sends a non-string state;
-    ``case-state`` spells the member ``RequestState``; ``slow`` answers after ``seconds``. A GET
-    opens a stream that stays open until the connection goes away.
+    ``case-state`` spells the member ``RequestState``; ``slow`` answers after ``seconds``.
+    Content types a client may read otherwise than the proxy: ``two-types`` (Content-Type sent
+    twice), ``listed-type`` (``text/event-stream, text/event-stream``), ``no-type`` (JSON with
+    none), ``latin1-json`` (a charset other than UTF-8). Events a lenient client may read as data:
+    ``sse-data-space`` (``data :``), ``sse-space-data`` (`` data:``), ``sse-upper`` (``Data:``),
+    ``sse-nul`` (a NUL in the event), ``sse-not-utf8`` (bytes that are not UTF-8 in a comment).
+    Messages some client reads as a response: ``method-null``, ``method-number`` (a method
+    beside the result), ``id-upper`` (``ID``), as JSON, in an event (``-sse``) or a batch.
+    A GET opens a stream that stays open until the connection goes away.
     """
 
     def __init__(self) -> None:
@@ -254,6 +287,25 @@ class ScriptedUpstream:
             payload = payload[:-1] + b', "result": {"content": []}}'
         elif name == "text-json":
             content_type = b"text/plain"
+        elif name in ("two-types", "listed-type"):
+            payload = b"data: " + self._result(id_, **state) + b"\n\n"
+            content_type = b"text/event-stream"
+        elif name == "no-type":
+            content_type = b""
+        elif name == "latin1-json":
+            content_type = b"application/json; charset=iso-8859-1"
+        elif name in _ODD_MESSAGES:  # read as a response by some client, as a request by others
+            odd = {"jsonrpc": "2.0", **_ODD_MESSAGES[name], "result": state}
+            if "method" in odd:
+                odd["id"] = id_
+            payload = json.dumps(odd).encode()
+            if name.endswith("-sse"):
+                payload, content_type = b"data: " + payload + b"\n\n", b"text/event-stream"
+            elif name.endswith("-batch"):
+                payload = b"[" + payload + b"]"
+        elif name in _ODD_EVENTS:
+            payload = _ODD_EVENTS[name] + self._result(id_, **state) + b"\n\n"
+            content_type = b"text/event-stream"
         elif name == "object-state":
             payload = self._result(id_, resultType="input_required", requestState={"s": PLAIN})
         elif name == "case-state":
@@ -263,7 +315,11 @@ class ScriptedUpstream:
 
             await asyncio.sleep(float((params.get("arguments") or {}).get("seconds", 1.5)))
             payload = self._result(id_, content=[{"type": "text", "text": "slow done"}])
-        headers = [(b"content-type", content_type)]
+        headers = [(b"content-type", content_type)] if content_type else []
+        if name == "two-types":
+            headers.append((b"content-type", b"text/event-stream"))
+        elif name == "listed-type":
+            headers = [(b"content-type", b"text/event-stream, text/event-stream")]
         if encoding is not None:
             headers.append((b"content-encoding", encoding))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -274,3 +330,38 @@ class ScriptedUpstream:
             await send({"type": "http.response.body", "body": b""})
             return
         await send({"type": "http.response.body", "body": payload})
+
+
+class RecordingUpstream:
+    """An upstream that records every HTTP request it gets whole: method, target, the header
+    fields (names as its parser gives them, lower case) and the body. Answers a JSON-RPC request
+    with an empty result and a notification with 202. For the framing tests: what reached the
+    server, and with which header section."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, bytes, list[tuple[bytes, bytes]], bytes]] = []
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await NaiveServer()(scope, receive, send)
+            return
+        body = b""
+        while True:
+            event = await receive()
+            body += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        query = scope["query_string"]
+        target = scope["raw_path"] + (b"?" + query if query else b"")
+        with self.lock:
+            self.requests.append((scope["method"], target, list(scope["headers"]), body))
+        message = json.loads(body) if body else None
+        if isinstance(message, dict) and "id" in message:
+            answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b""})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -398,3 +399,46 @@ def test_a_retry_whose_first_round_precedes_the_capture_has_its_token_verified()
     assert audit_capture(lines[2:], keyset=keyset).clean  # a sound token: nothing to say
     other = ms.Keyset.generate(now=NOW - 3600)
     assert audit_capture(lines[2:], keyset=other).by_kind() == {"state_invalid": 1}
+
+
+def test_the_documented_example_runs_as_docs_audit_md_shows_it(tmp_path: Path) -> None:
+    """docs/audit.md's session, command for command, in a copy of the repository's
+    examples/audit: each command's output is what the page shows. The shipped files are the
+    published capture and its secret, and the tampered copy differs in one state only."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = root / "examples" / "audit"
+    assert (shipped / "capture.jsonl").read_bytes() == (
+        shared_vector("mcp-sdk", "capture-clean.jsonl").read_bytes()
+    )
+    assert (shipped / "server-secret.txt").read_text() == meta()["server_secret"]
+    clean = (shipped / "capture.jsonl").read_text().splitlines()
+    tampered = (shipped / "tampered.jsonl").read_text().splitlines()
+    assert [n for n, (a, b) in enumerate(zip(clean, tampered, strict=True), 1) if a != b] == [5]
+
+    page = (root / "docs" / "audit.md").read_text()
+    block = re.search(r"\n((?:    \$ cd examples/audit\n)(?:    .*\n)+)", page)
+    assert block is not None
+    lines = [line.removeprefix("    ") for line in block.group(1).splitlines()]
+    commands = [line.removeprefix("$ ") for line in lines if line.startswith("$ ")]
+    shown = [line for line in lines if not line.startswith("$ ")]
+    assert len(commands) == 4 and shown[-1] == "exit 1"
+    shutil.copytree(shipped, tmp_path / "examples" / "audit")
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")},
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(commands)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.splitlines() == shown, done.stderr

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,7 @@ def test_names_and_references_resolve_across_the_manifests() -> None:
     for name in re.findall(r"-f (\S+\.yaml)", install):
         assert (KUBE / name).is_file(), name
     assert f"--from=cronjob/{cronjob['metadata']['name']}" in install
-    assert install.index("rotate-cronjob.yaml") < install.index("kubectl wait")
-    assert install.index("kubectl wait") < install.index("deployment.yaml")
+    # (the order it runs them in, and a second run, are test_install_sh_* below)
 
 
 def test_the_proxy_sidecar_is_wired_to_its_probes_secret_and_network_policy() -> None:
@@ -154,6 +154,35 @@ def test_the_proxy_sidecar_is_wired_to_its_probes_secret_and_network_policy() ->
     assert allowed == set(ports.values())
 
 
+def test_the_admin_port_is_loopback_unless_probed_and_always_behind_the_policy() -> None:
+    """The proxy image's own default serves /healthz, /readyz and /metrics on loopback; the
+    sidecar opens it to the pod's IP only because the kubelet's probes use it, and then the
+    NetworkPolicy admits it from the monitoring namespace alone, in every principal mode: no
+    rule of it is open to all, and its selection does not depend on the principal flags."""
+    image = PROXY_DOCKERFILE.read_text()
+    assert '"--admin-listen", "127.0.0.1:9090"' in image
+    proxy = {
+        c["name"]: c
+        for c in named("Deployment")["mcp-server-proxied"]["spec"]["template"]["spec"]["containers"]
+    }["mrtr-state-proxy"]
+    admin = next(a for a in proxy["args"] if a.startswith("--admin-listen="))
+    probed = {proxy[p]["httpGet"]["port"] for p in ("livenessProbe", "readinessProbe")}
+    assert admin.endswith(":9090") and probed == {"admin"}
+    (policy,) = named("NetworkPolicy").values()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("from"), rule  # a rule without sources admits every pod and address
+    (admin_rule,) = [
+        r for r in policy["spec"]["ingress"] if {p["port"] for p in r["ports"]} == {9090}
+    ]
+    assert admin_rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    install = (KUBE / "install.sh").read_text()
+    assert "-f proxy-sidecar.yaml -f networkpolicy.yaml" in install
+    assert install.count("-f proxy-sidecar.yaml") == install.count("-f networkpolicy.yaml") == 1
+
+
 @pytest.mark.parametrize("dockerfile", [DOCKERFILE, PROXY_DOCKERFILE], ids=["ops", "proxy"])
 def test_every_dockerfile_passes_hadolint_and_policy(dockerfile: Path) -> None:
     hadolint = shutil.which("hadolint") or str(BIN / "hadolint")
@@ -172,6 +201,64 @@ def test_every_dockerfile_passes_hadolint_and_policy(dockerfile: Path) -> None:
     assert users and users[-1].split(":")[0] != "0" and users[-1] != "root"
     assert not re.search(r"^COPY .*\b(keys|tests)\b", text, re.MULTILINE)
     assert not re.search(r"^(ENV|ARG) .*(SECRET|PASSWORD|TOKEN|KEYSET_JSON)", text, re.MULTILINE)
+
+
+LOCKS = {
+    DOCKERFILE: (KUBE / "ops-requirements.txt", ()),
+    PROXY_DOCKERFILE: (ROOT / "deploy" / "container" / "proxy-requirements.txt", ("proxy",)),
+}
+
+
+def locked(lock: Path) -> dict[str, tuple[str, list[str]]]:
+    """``{name: (version, [sha256, ...])}`` of a lock written by scripts/lock_images.py."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    logical = re.sub(r"\\\n\s*", " ", lock.read_text())
+    for line in logical.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        requirement, *options = line.split()
+        name, version = requirement.split("==")
+        digests = [option.removeprefix("--hash=sha256:") for option in options]
+        assert all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests) and digests, line
+        entries[name] = (version, digests)
+    return entries
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, PROXY_DOCKERFILE], ids=["ops", "proxy"])
+def test_every_image_installs_a_hashed_lock_and_nothing_resolved_at_build_time(
+    dockerfile: Path,
+) -> None:
+    """The same commit gives the same image: pip installs only the lock's pinned files (their
+    digests checked, wheels only), then builds the checkout without fetching anything."""
+    from packaging.requirements import Requirement
+
+    text = dockerfile.read_text()
+    lock, extras = LOCKS[dockerfile]
+    installs = re.findall(r"pip install ([^&\n]+?)\s*(?:\\\n|&&|$)", text)
+    assert installs == [
+        f"--no-cache-dir --require-hashes --only-binary=:all: -r /src/{lock.name}",
+        "--no-cache-dir --no-deps --no-build-isolation /src",
+    ]
+    copied = re.search(r"^COPY (.+) /src/$", text, re.MULTILINE)
+    assert copied is not None
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    needed = [
+        str(lock.relative_to(ROOT)),
+        "pyproject.toml",
+        project["project"]["readme"],
+        *project["project"]["license-files"],
+    ]
+    assert sorted(copied.group(1).split()) == sorted(needed)
+    # the lock pins everything the image asks for, within the ranges pyproject.toml allows
+    entries = locked(lock)
+    wanted = list(project["project"]["dependencies"]) + list(project["build-system"]["requires"])
+    for extra in extras:
+        wanted += project["project"]["optional-dependencies"][extra]
+    for spec in map(Requirement, wanted):
+        name = spec.name.lower().replace("_", "-")
+        assert name in entries, name
+        assert spec.specifier.contains(entries[name][0]), (spec, entries[name][0])
+    assert "uvicorn" not in entries or extras  # the ops image carries no HTTP stack
 
 
 def test_the_first_rotation_run_creates_the_keyset_once_and_ships_it(tmp_path: Path) -> None:
@@ -260,3 +347,145 @@ def test_the_keyset_is_encrypted_under_a_kek_no_service_account_can_read() -> No
     assert "create secret generic" in install and "mcp-keyset-kek --from-file=" in install
     assert "--from-literal" not in install
     assert install.index("mcp-keyset-kek") < install.index("rotate-cronjob.yaml")
+
+
+FAKE_CLUSTER_KUBECTL = '''#!{python}
+"""kubectl, as far as install.sh uses it, against a cluster kept in files: Secrets and Jobs exist
+until deleted, `create` refuses an existing name (as the API server does), a Job's conditions
+are empty on the first look and FAKE_JOB_OUTCOME's after."""
+import os, sys
+from pathlib import Path
+
+state = Path(os.environ["FAKE_KUBE_STATE"])
+args = sys.argv[1:]
+while "--namespace" in args:
+    at = args.index("--namespace")
+    del args[at:at + 2]
+with (state / "log").open("a") as log:
+    log.write(" ".join(args) + "\\n")
+
+def fail(message):
+    sys.exit("Error from server: " + message)
+
+verb, kind = args[0], args[1] if len(args) > 1 else ""
+if verb == "get" and kind == "secret":
+    if not (state / ("secret-" + args[2])).exists():
+        fail('secrets "' + args[2] + '" not found')
+elif verb == "create" and kind == "secret":
+    name = args[3]
+    source = next(a for a in args if a.startswith("--from-file=")).split("=", 2)[2]
+    if (state / ("secret-" + name)).exists():
+        fail('secrets "' + name + '" already exists')
+    if os.stat(source).st_mode & 0o077 or len(Path(source).read_text()) < 40:
+        sys.exit("fake kubectl: a passphrase file others can read, or a short one")
+    (state / ("secret-" + name)).write_text(Path(source).read_text())
+elif verb == "apply":
+    files = [args[i + 1] for i, a in enumerate(args) if a == "-f"]
+    for name in files:
+        if not Path(name).is_file():
+            sys.exit("error: the path " + name + " does not exist")
+elif verb == "delete" and kind == "job":
+    job = state / ("job-" + args[2])
+    if job.exists():
+        job.unlink()
+    elif "--ignore-not-found" not in args:
+        fail('jobs.batch "' + args[2] + '" not found')
+elif verb == "create" and kind == "job":
+    name = args[-1]
+    if (state / ("job-" + name)).exists():
+        sys.exit('error: failed to create job: jobs.batch "' + name + '" already exists')
+    (state / ("job-" + name)).write_text("0")
+elif verb == "get" and kind == "job":
+    job = state / ("job-" + args[2])
+    looks = int(job.read_text()) + 1
+    job.write_text(str(looks))
+    outcome = os.environ["FAKE_JOB_OUTCOME"]
+    if looks > 1 and outcome:
+        print({{"Complete": "SuccessCriteriaMet Complete ",
+               "Failed": "FailureTarget Failed "}}[outcome], end="")
+elif verb == "logs":
+    print("error: cannot read keyset /state/keyset/keyset.json: Permission denied")
+else:
+    sys.exit("fake kubectl: unexpected " + " ".join(args))
+'''
+
+
+def run_install(
+    tmp_path: Path, outcome: str = "Complete", **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str], float]:
+    """install.sh against the fake cluster in ``tmp_path``; its result, every kubectl command
+    of the cluster's life so far, and how long this run took."""
+    import time
+
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    kubectl = tools / "kubectl"
+    kubectl.write_text(FAKE_CLUSTER_KUBECTL.format(python=sys.executable))
+    kubectl.chmod(0o755)
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(KUBE / "install.sh")],
+        env={
+            **os.environ,
+            "PATH": f"{tools}:{os.environ['PATH']}",
+            "FAKE_KUBE_STATE": str(tmp_path),
+            "FAKE_JOB_OUTCOME": outcome,
+            "NAMESPACE": "mcp",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = (tmp_path / "log").read_text().splitlines() if (tmp_path / "log").exists() else []
+    return done, log, time.monotonic() - started
+
+
+def test_install_sh_runs_in_order_and_runs_again(tmp_path: Path) -> None:
+    """A second run (an upgrade, a retry) works under set -e: the KEK is kept, the bootstrap
+    Job of the first run is replaced rather than re-created over itself."""
+    first, log, _ = run_install(tmp_path)
+    assert first.returncode == 0, first.stderr
+    kek = (tmp_path / "secret-mcp-keyset-kek").read_text()
+    steps = [
+        line.split(" -")[0] if line.startswith(("apply", "create secret")) else line for line in log
+    ]
+    create_job = "create job --from=cronjob/mrtr-state-rotate mrtr-state-bootstrap"
+    assert steps.index("create secret generic mcp-keyset-kek") < steps.index("apply")
+    assert log[steps.index("apply")] == "apply -f rbac.yaml -f pvc.yaml -f rotate-cronjob.yaml"
+    assert steps.index("apply") < steps.index(create_job)  # the CronJob exists first
+    assert log[-1] == "apply -f deployment.yaml"  # the replicas last, once the job completed
+    assert log[-2].startswith("get job mrtr-state-bootstrap")
+
+    second, log, _ = run_install(tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert (tmp_path / "secret-mcp-keyset-kek").read_text() == kek  # made once, never replaced
+    assert sum(line.startswith("create secret") for line in log) == 1
+    assert log.count(create_job) == 2 and log[-1] == "apply -f deployment.yaml"
+    again = log[log.index(create_job) + 1 :]
+    assert "delete job mrtr-state-bootstrap --ignore-not-found --wait=true" in again
+
+
+def test_install_sh_fails_fast_when_the_bootstrap_job_fails(tmp_path: Path) -> None:
+    failed, log, took = run_install(tmp_path, outcome="Failed")
+    assert failed.returncode == 1
+    assert took < 30  # not the 600 s timeout: the first look at Failed ends it
+    assert "job/mrtr-state-bootstrap failed" in failed.stderr
+    assert "Permission denied" in failed.stderr  # the job's own last lines, for the operator
+    assert not [line for line in log if "deployment.yaml" in line or "sidecar" in line]
+
+
+def test_install_sh_gives_up_at_its_timeout(tmp_path: Path) -> None:
+    stuck, log, took = run_install(tmp_path, outcome="", BOOTSTRAP_TIMEOUT="3")
+    assert stuck.returncode == 1 and "has not finished after 3 s" in stuck.stderr
+    assert 2 <= took < 30  # bash counts SECONDS in whole seconds
+    assert not [line for line in log if "deployment.yaml" in line]
+
+
+def test_install_sh_deploys_the_proxy_with_its_network_policy(tmp_path: Path) -> None:
+    """PROXIED=1: the sidecar and the NetworkPolicy in one apply, whatever the principal mode
+    (the admin port is covered even with --principal-from bearer)."""
+    done, log, _ = run_install(tmp_path, PROXIED="1")
+    assert done.returncode == 0, done.stderr
+    assert log[-1] == "apply -f proxy-sidecar.yaml -f networkpolicy.yaml"
+    assert not [line for line in log if "deployment.yaml" in line]

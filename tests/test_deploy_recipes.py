@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,25 +235,154 @@ def test_rotate_and_ship_without_a_ship_command_is_a_usage_error(tmp_path: Path)
 
 # --- Docker Compose -------------------------------------------------------------------------
 
+COMPOSE = DEPLOY / "compose" / "compose.yaml"
+
+
+def compose() -> dict[str, Any]:
+    import yaml
+
+    spec: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return spec
+
+
+def test_the_compose_file_is_valid_compose() -> None:
+    """Parsed by compose_spec (the Compose Specification, strictly: an unknown or misspelled
+    key, a wrong duration, networks beside network_mode are all refused)."""
+    from compose_spec import PyCompose
+
+    parsed = PyCompose.from_yaml(COMPOSE.read_text())
+    assert sorted(parsed.service_names()) == ["mcp-server", "mrtr-state-proxy", "mrtr-state-rotate"]
+
+
+def test_every_keyset_reader_mounts_the_folder_the_one_writer_rotates() -> None:
+    """The keyset is a folder mount (a file secret or a mount of the file alone never shows the
+    file a rotation renames into place); the rotation service is its one writer; every service
+    that opens it runs as the uid that owns it and gets the KEK from the passphrase secret."""
+    spec = compose()
+    services = spec["services"]
+    opening = {
+        name: s for name, s in services.items() if "MRTR_STATE_KEYSET" in s.get("environment", {})
+    }
+    assert sorted(opening) == ["mrtr-state-proxy", "mrtr-state-rotate"]
+    writers = []
+    for name, service in opening.items():
+        env = service["environment"]
+        folder = str(Path(env["MRTR_STATE_KEYSET"]).parent)
+        mounts = [v.split(":") for v in service["volumes"]]
+        (mount,) = [m for m in mounts if m[1] == folder]
+        assert mount[0] == "./keys" and not mount[0].endswith(".json"), name
+        if mount[2:] != ["ro"]:
+            writers.append(name)
+        assert not env["MRTR_STATE_KEYSET"].startswith("/run/secrets/"), name
+        secret = env["MRTR_STATE_KEK"].removeprefix("passphrase:file:/run/secrets/")
+        assert secret in service["secrets"] and "file" in spec["secrets"][secret], name
+        assert service["user"] == services["mrtr-state-rotate"]["user"], name  # 0600, its owner
+    assert writers == ["mrtr-state-rotate"]
+    assert "secrets" not in spec or all(
+        "keyset.json" not in s.get("file", "") for s in spec["secrets"].values()
+    )
+
+
+def test_the_proxy_is_the_servers_one_way_in_and_its_admin_port_is_loopback() -> None:
+    spec = compose()
+    services = spec["services"]
+    proxy = services["mrtr-state-proxy"]
+    args = dict(arg.removeprefix("--").split("=", 1) for arg in proxy["command"] if "=" in arg)
+    upstream = args["upstream"].removeprefix("http://").split("/")[0]
+    host = upstream.split(":")[0]
+    server = services[host]
+    assert "ports" not in server and "network_mode" not in server
+    (network,) = server["networks"]
+    assert spec["networks"][network]["internal"] is True and network in proxy["networks"]
+    assert args["admin-listen"].startswith("127.0.0.1:")  # the healthcheck runs inside
+    admin_port = args["admin-listen"].rsplit(":", 1)[1]
+    assert f"http://127.0.0.1:{admin_port}/readyz" in " ".join(proxy["healthcheck"]["test"])
+    published = [p.split(":") for p in proxy["ports"]]
+    assert [p[-1] for p in published] == [args["listen"].rsplit(":", 1)[1]]  # never the admin port
+    assert all(p[0] == "127.0.0.1" for p in published)
+    assert proxy["depends_on"]["mrtr-state-rotate"]["condition"] == "service_healthy"
+    rotate = services["mrtr-state-rotate"]
+    assert rotate["network_mode"] == "none" and rotate["init"] is True
+    assert rotate["environment"]["MRTR_STATE_ROTATE_EVERY"] == "30d"
+
+
+def test_the_rotation_service_creates_then_rotates_what_the_proxy_follows(tmp_path: Path) -> None:
+    """The rotation service's own command, run here on a folder standing for ./keys: its first
+    round creates the keyset, encrypted under the passphrase secret; a later round rotates it,
+    and a keyset loaded from the folder as the proxy loads it follows, with no restart. (The
+    loop ends when the stand-in mrtr-state on PATH fails after three rounds; rotation is made
+    due after a second rather than 30 days.)"""
+    rotate = compose()["services"]["mrtr-state-rotate"]
+    env = dict(rotate["environment"])
+    keys, secret = tmp_path / "keys", tmp_path / "keyset-passphrase"
+    keys.mkdir(mode=0o700)
+    secret.write_text("a random passphrase from the operator\n")
+    secret.chmod(0o600)
+
+    def here(value: str) -> str:
+        return value.replace("/var/run/mrtr-state", str(keys)).replace(
+            "/run/secrets/keyset_passphrase", str(secret)
+        )
+
+    env = {name: here(value) for name, value in env.items()}
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    rounds = tmp_path / "rounds"
+    (tools / "mrtr-state").write_text(
+        f"#!/bin/sh\necho round >> {rounds}\n"
+        f'[ "$(wc -l < {rounds})" -le 3 ] || exit 1\nexec {BIN / "mrtr-state"} "$@"\n'
+    )
+    (tools / "mrtr-state").chmod(0o755)
+    (tools / "sleep").write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 1.1\n")
+    (tools / "sleep").chmod(0o755)
+    command = rotate["entrypoint"]
+    assert command[:2] == ["/bin/sh", "-c"] and "sleep 900" in command[2]
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")},
+        **env,
+        "MRTR_STATE_ROTATE_EVERY": "1s",
+        "MRTR_STATE_PROPAGATION": "0s",
+        "PATH": f"{tools}:{os.environ['PATH']}",
+    }
+    keyset = keys / "keyset.json"
+    first = subprocess.run(
+        [*command[:2], command[2].replace("sleep 900", "exit 0")],  # one round only
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert first.returncode == 0, first.stderr
+    assert "mrtr-state-encrypted-keyset" in keyset.read_text()
+    assert keyset.stat().st_mode & 0o777 == 0o600
+    kek = env["MRTR_STATE_KEK"]
+    proxy_view = ms.Keyset.load(env["MRTR_STATE_KEYSET"], kek=kek, reload_interval=0)
+    before = proxy_view.primary("A256GCM").kid
+    rounds.unlink()
+    loop = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    assert loop.returncode == 0, loop.stderr  # the loop ended when rotate "failed"
+    changes = [c for line in loop.stdout.splitlines() for c in json.loads(line)["changes"]]
+    assert {"add", "promote"} <= {c["action"] for c in changes}
+    assert proxy_view.primary("A256GCM").kid != before  # followed, no restart
+
 
 @needs_root
-def test_a_compose_secret_reads_when_the_host_file_belongs_to_the_services_user(
-    open_dir: Path,
-) -> None:
-    spec = (DEPLOY / "compose" / "compose.yaml").read_text()
-    uid, gid = (int(part) for part in yaml_scalar(spec, "user").split(":"))
-    assert yaml_scalar(spec, "MRTR_STATE_KEYSET") == "/run/secrets/mrtr_keyset"
-    secret_file = yaml_scalar(spec, "MRTR_STATE_KEK").removeprefix("passphrase:file:")
-    assert secret_file == "/run/secrets/mrtr_keyset_passphrase"
-    # a bind mount shows each host file as it is
+def test_the_keyset_folder_reads_as_the_proxys_user(open_dir: Path) -> None:
+    """Host files as the recipe's set-up leaves them (the folder 0700 and the keyset 0600 owned
+    by the services' uid, the passphrase 0600 too), opened by a process running as that uid;
+    the modes a careless copy leaves are refused, naming the fix."""
+    proxy = compose()["services"]["mrtr-state-proxy"]
+    uid, gid = (int(part) for part in proxy["user"].split(":"))
+    keys = open_dir / "keys"
+    keys.mkdir(mode=0o700)
     passphrase = open_dir / "keyset-passphrase"
     passphrase.write_text("a random passphrase from the operator\n")
     passphrase.chmod(0o600)
     kek = f"passphrase:file:{passphrase}"
-    host_file = open_dir / "keyset.json"
+    host_file = keys / "keyset.json"
     ms.Keyset.generate(("A256GCM",)).save(host_file, kek=kek)
-    os.chown(passphrase, uid, gid)
-    os.chown(host_file, uid, gid)
+    for path in (keys, host_file, passphrase):
+        os.chown(path, uid, gid)
     assert as_user(uid, (gid,), lambda: len(ms.Keyset.load(host_file, kek=kek))) == 1
     host_file.chmod(0o644)  # as `cp` on a default umask leaves it
     with pytest.raises(ms.KeysetPermissions, match="chmod 600"):

@@ -4,7 +4,11 @@ every link reaches a file, every error code has its troubleshooting entry, every
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import mrtr_state.errors as errors
@@ -22,11 +26,29 @@ def test_the_readme_is_a_quick_start_under_12_kb() -> None:
     assert "make demo" in README and "make test" in README
 
 
-def test_every_link_of_the_readme_reaches_a_file() -> None:
+def project_urls() -> dict[str, str]:
+    urls: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    return urls
+
+
+def test_every_link_of_the_readme_is_absolute_and_reaches_a_file() -> None:
+    """The README is the package index's page too, where a relative link leads nowhere: every
+    link is the repository's address (pyproject.toml's Source) and names a file of this tree."""
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     assert len(links) >= 15
+    blob = project_urls()["Source"] + "/blob/main/"
     for link in links:
-        assert (ROOT / link).is_file(), link
+        assert link.startswith(blob), link
+        assert (ROOT / link.removeprefix(blob)).is_file(), link
+
+
+def test_the_project_address_is_written_once() -> None:
+    urls = project_urls()
+    source = urls["Source"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", source)
+    for name, url in urls.items():
+        assert url == source or url.startswith(source + "/"), name
+    assert f"repo_url: {source}\n" in (ROOT / "mkdocs.yml").read_text()
 
 
 def test_every_docs_page_is_in_the_navigation() -> None:
@@ -51,3 +73,148 @@ def test_every_error_code_has_its_troubleshooting_entry() -> None:
 def test_the_readme_names_every_command() -> None:
     for name in _COMMANDS:
         assert f"mrtr-state {name}" in README, name
+
+
+def test_every_extra_is_installed_in_the_readme_and_listed_whole() -> None:
+    """Each extra has its `pip install '.[NAME]'` line in the README; every line of the README
+    and the docs that installs an extra and lists what it brings lists all of it."""
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    pages = [README] + [page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))]
+    for extra, specs in extras.items():
+        assert f"pip install '.[{extra}]'" in README, extra
+        packages = [Requirement(spec).name for spec in specs]
+        listing = [
+            line
+            for page in pages
+            for line in page.splitlines()
+            if re.search(rf"\[{extra}\]'", line)
+            and sum(p in line for p in packages) >= min(2, len(packages))  # a list, not a name
+        ]
+        assert listing, extra
+        for line in listing:
+            assert all(p in line for p in packages), (extra, line)
+
+
+def environment_variables_read() -> set[str]:
+    """Every environment variable mrtr_state reads by a fixed name: each literal handed to
+    ``os.environ.get``/``os.getenv``/``os.environ[...]`` (or to ``env.get``, the config's view of
+    the environment) and each click ``envvar=``, plus the settings' variables, which the config
+    derives from the names of the settings (``MRTR_STATE_`` and the name in capitals)."""
+    import ast
+
+    import mrtr_state.config as config
+
+    found = {config.ENV_PREFIX + name.upper() for name in config._KNOWN}
+    for path in (ROOT / "mrtr_state").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[ast.expr] = []
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called in ("os.environ.get", "os.getenv", "environ.get", "env.get"):
+                    names = node.args[:1]
+                names += [k.value for k in node.keywords if k.arg == "envvar"]
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+                names = [node.slice]
+            for name in names:
+                elements = name.elts if isinstance(name, ast.List | ast.Tuple) else [name]
+                for element in elements:
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                        found.add(element.value)
+                    elif isinstance(element, ast.Name) and hasattr(config, element.id):
+                        found.add(getattr(config, element.id))  # KEYSET_JSON_ENV and the like
+    return found
+
+
+def test_every_environment_variable_the_code_reads_is_documented() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    read = environment_variables_read()
+    assert {"MRTR_STATE_ROTATE_EVERY", "MRTR_STATE_CONFIG", "MRTR_STATE_KEYSET_JSON"} <= read
+    assert {"NO_COLOR", "TERM"} <= read
+    missing = sorted(name for name in read if not re.search(rf"`{name}(=[^`]*)?`", page))
+    assert missing == []
+
+
+# --- every error message has its troubleshooting entry ---------------------------------------
+
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text()
+
+
+def test_every_error_message_the_code_can_print_is_on_the_troubleshooting_page() -> None:
+    """Each message (tests/messages.py finds them in the source) has one entry of the page, a
+    table row or a paragraph, holding each of its fixed parts verbatim and in order."""
+    from .messages import documented, entries, unique_messages
+
+    places = entries(TROUBLESHOOTING)
+    found = unique_messages()
+    missing = [f"{m.path}:{m.line}: {m}" for m in found if not documented(m, places)]
+    assert missing == [], "\n".join(missing)
+
+
+def test_the_message_finder_finds_what_it_must() -> None:
+    """The finder reads literals, f-strings, module constants, local variables, helper functions
+    and both branches of a choice; and an entry must hold a message's parts in order."""
+    from .messages import Message, documented, entries, unique_messages
+
+    texts = {" ... ".join(m.parts) for m in unique_messages()}
+    assert len(texts) > 300
+    for expected in (
+        "ttl ... s exceeds the ttl cap ... s",  # policy.py: an f-string
+        "authentication tag mismatch (tampered, truncated or forged)",  # a module constant
+        "no token: the TOKEN argument is empty",  # a constant inside an f-string
+        "the token on stdin is over the ... -byte size cap",  # a local variable's two values
+        "--ttl must be at least 1s",  # the other branch of a choice
+        "fix it with: chmod 600",  # a helper function's return
+        "single use refused: this token never expires, beyond the ... s the replay store remembers",
+    ):
+        assert expected in texts, expected
+    message = Message("x.py", 1, "ValueError", ("a is", "b"))
+    assert documented(message, entries("`a is 1 b`\n\nother"))
+    assert not documented(message, entries("`b then a is`"))
+    assert not documented(message, entries("`a is 1`\n\n`b`"))  # two entries are not one
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "mrtr_state", *args],
+        env={**environment, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _on_the_page(stderr: str, **placeholders: str) -> str:
+    """The one error line of ``stderr``, with its variable parts spelled as the page spells
+    them; it must be on the page as it is."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    message = line.removeprefix("error: ")
+    for value, name in placeholders.items():
+        message = message.replace(name, value)
+    assert message in " ".join(TROUBLESHOOTING.replace("`", "").split()), message
+    return message
+
+
+def test_the_0644_keyset_message_is_on_the_page_verbatim(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    assert _cli("--keyset", str(keyset), "keys", "init").returncode == 0
+    keyset.chmod(0o644)
+    done = _cli("--keyset", str(keyset), "keys", "list")
+    assert done.returncode == 6
+    message = _on_the_page(done.stderr, P=str(keyset), **{"uid 1000": f"uid {os.geteuid()}"})
+    assert "has mode 0644" in message and "fix it with: chmod 600 P" in message
+
+
+def test_the_ttl_over_the_cap_message_is_on_the_page_verbatim(tmp_path: Path) -> None:
+    keyset = tmp_path / "keyset.json"
+    assert _cli("--keyset", str(keyset), "keys", "init").returncode == 0
+    for command in (["mint", "--state", "1"], ["rotate"]):
+        done = _cli("--keyset", str(keyset), *command, env={"MRTR_STATE_TTL": "2h"})
+        assert done.returncode == 6, done.stderr
+        message = _on_the_page(done.stderr)
+        assert message == "invalid settings: ttl 7200 s exceeds the ttl cap 3600 s"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -624,3 +626,140 @@ def test_any_single_change_to_an_encrypted_file_is_refused_with_our_error_or_is_
         assert [k.to_jwk() for k in loaded] == original
 
     one_change()
+
+
+# --- the clear key list, read without the KEK (issue 35) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("member", "value", "message"),
+    [
+        ("alg", "RS256", "unknown alg 'RS256'"),
+        ("status", ["primary"], r"unknown status \['primary'\]"),
+        ("status", 7, "unknown status 7"),
+        ("since", {"primary": 10**30}, "since must map statuses to unix seconds"),
+        ("kid", "\x1b]0;x\x07", r"key '\\x1b\]0;x\\x07': a key id must be 8 lowercase hex"),
+        ("sdk_kid", "2026-12", "carry no SDK key id"),
+        ("x\x1b[2J\u202e", 1, r"unknown members x\\x1b\[2J\\u202e; remove them"),
+    ],
+)
+def test_the_clear_list_holds_every_invariant_but_the_secrets(
+    tmp_path: Path, passphrase: Kek, member: str, value: Any, message: str
+) -> None:
+    """listed_without_kek is what keys list shows without the KEK: each key is checked as a
+    loaded keyset's are (ids, algorithms, statuses, times, one primary per algorithm), all but
+    what needs the secret, and a refusal's text is inert (it reaches logs as well)."""
+    path = encrypted(tmp_path, passphrase)
+    doc = document(path)
+    doc["keys"][1][member] = value
+    rewrite(path, doc)
+    with pytest.raises(KeysetInvalid, match=message) as caught:
+        listed_without_kek(path)
+    assert not {"\x1b", "\x07", "\u202e"} & set(str(caught.value))
+
+
+def test_the_clear_list_refuses_a_second_primary_and_a_repeated_id(
+    tmp_path: Path, passphrase: Kek
+) -> None:
+    path = encrypted(tmp_path, passphrase)
+    doc = document(path)
+    keys = doc["keys"]
+    rewrite(path, {**doc, "keys": [*keys, {**keys[0], "kid": "0badc0de"}]})
+    with pytest.raises(KeysetInvalid, match="are both primary for A256GCM"):
+        listed_without_kek(path)
+    rewrite(path, {**doc, "keys": [*keys, {**keys[0], "status": "active"}]})
+    with pytest.raises(KeysetInvalid, match="appears twice"):
+        listed_without_kek(path)
+
+
+# --- what a helper can cost: memory, time, processes left behind (issue 35) --------------------
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie its new parent has yet to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_ended(pid: int) -> bool:
+    for _ in range(100):
+        if _ended(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_helper_flooding_stdout_is_cut_off_at_the_cap(tmp_path: Path, helper_key: Path) -> None:
+    """300 MB on stdout took the process to 612 MB: the output was read whole, then refused.
+    Now at most the cap and one byte are read, and the helper's group is ended; measured in a
+    process of its own, whose peak memory is this call's (VmHWM, the high-water mark of its own
+    memory map: ru_maxrss would carry over the forking pytest's)."""
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    probe = (
+        "import sys\n"
+        "from mrtr_state.errors import KekUnavailable\n"
+        "from mrtr_state.keyset import Keyset\n"
+        "try:\n"
+        "    Keyset.load(sys.argv[1], kek=sys.argv[2])\n"
+        "except KekUnavailable as err:\n"
+        "    print(err)\n"
+        "status = open('/proc/self/status').read()\n"
+        "print(status.split('VmHWM:')[1].split()[0])\n"
+    )
+    env = {**os.environ, "MRTR_TEST_KEK_MODE": "flood"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path), uri], capture_output=True, text=True, env=env
+    )
+    said, peak_kib = done.stdout.splitlines()
+    assert "printed no valid answer to unwrap: more than 65536 bytes on stdout" in said
+    assert int(peak_kib) < 150 * 1024, f"peak {int(peak_kib) // 1024} MiB"
+
+
+def test_a_helper_flooding_stderr_keeps_its_last_line(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 MB of stderr: its last 64 KiB are kept, and the last line of those is the reason."""
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "stderr-flood")
+    with pytest.raises(KekUnavailable, match=r"exit 1\): the KMS said: ThrottlingException$"):
+        Keyset.load(path, kek=uri)
+
+
+def test_a_helper_whose_child_holds_the_pipes_answers_at_once_and_leaves_nothing(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper that starts a child (a credential agent, a shell's &) which inherits stdout
+    and stderr: the pipes stay open after the helper exits. Waiting for their end waited out
+    the timeout and left the child running; the conversation now ends with the helper, and
+    its process group (the child too) is ended."""
+    from mrtr_state.kek import helper
+
+    monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 10.0)  # far more than an answer takes
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("MRTR_TEST_KEK_CHILD", str(child))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "orphan")
+    assert len(Keyset.load(path, kek=uri)) == 3  # answered: not cut off by the timeout
+    assert _wait_ended(int(child.read_text()))
+
+
+def test_a_hanging_helper_and_its_child_are_ended_at_the_timeout(
+    tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mrtr_state.kek import helper
+
+    uri = helper_uri(helper_key)
+    path = encrypted(tmp_path, kek_from_uri(uri))
+    monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 1.0)
+    child = tmp_path / "child.pid"
+    monkeypatch.setenv("MRTR_TEST_KEK_CHILD", str(child))
+    monkeypatch.setenv("MRTR_TEST_KEK_MODE", "orphan-hang")
+    with pytest.raises(KekUnavailable, match="did not answer unwrap within 1 s"):
+        Keyset.load(path, kek=uri)
+    assert _wait_ended(int(child.read_text()))

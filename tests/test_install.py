@@ -1,48 +1,65 @@
-"""Installing for users: a wheel built from the repository holds the package and nothing else,
-and installs into a clean virtual environment (what ``pipx install .`` makes) whose CLI works;
-with the ``proxy`` extra, so does the proxy."""
+"""Installing for users: the sdist and the wheel built from the repository (``python -m build``,
+the wheel made from the sdist, as an index would) hold the package, its LICENSE and metadata that
+pins nothing; the wheel installs into a clean virtual environment (what ``pipx install .`` makes)
+whose CLI works; with the ``proxy`` extra, so does the proxy; and each container image's lock
+installs as its Dockerfile installs it, hashes checked."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
+from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    (built,) = out.glob("mrtr_state-*.whl")
-    return built
-
-
-def venv_with(tmp_path: Path, requirement: str) -> Path:
-    """A fresh virtual environment with ``requirement`` installed; its bin folder."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    (built,) = dist.glob("mrtr_state-*.whl")
+    return built
+
+
+def venv_with(tmp_path: Path, *requirements: str) -> Path:
+    """A fresh virtual environment with each of ``requirements`` installed in turn (a list of
+    pip arguments, split on spaces); its bin folder."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    for requirement in requirements:
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirement.split()],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
     return venv / "bin"
 
 
-def test_the_wheel_holds_the_package_and_nothing_else(wheel: Path) -> None:
+def test_the_wheel_holds_the_package_its_licence_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("mrtr_state/", "mrtr_state-")) for n in names), names
     assert "mrtr_state/py.typed" in names and "mrtr_state/proxy/app.py" in names
@@ -50,6 +67,49 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel: Path) -> None:
         assert not [n for n in names if unwanted in n], unwanted
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mrtr-state = mrtr_state._launch:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    (licence,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert zipfile.ZipFile(wheel).read(licence) == (ROOT / "LICENSE").read_bytes()
+
+
+def test_the_wheels_metadata_pins_nothing_and_names_the_project(wheel: Path) -> None:
+    """Users get ranges: the development pins (requirements/*.txt) are not extras."""
+    archive = zipfile.ZipFile(wheel)
+    text = archive.read(next(n for n in archive.namelist() if n.endswith("METADATA"))).decode()
+    metadata = HeaderParser().parsestr(text)
+
+    def every(field: str) -> list[str]:
+        return metadata.get_all(field) or []
+
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    assert sorted(every("Provides-Extra")) == ["mcp", "pkcs11", "proxy", "redis"]
+    requires = [Requirement(text) for text in every("Requires-Dist")]
+    pinned = [str(r) for r in requires for s in r.specifier if s.operator in ("==", "===")]
+    assert requires and pinned == []
+    named = {r.name for r in requires}
+    assert named == {"click", "cryptography", "mcp", "python-pkcs11", "redis", "hiredis"} | {
+        "uvicorn",
+        "httptools",
+        "uvloop",
+        "prometheus-client",
+    }
+    urls: dict[str, str] = {}
+    for entry in every("Project-URL"):
+        name, url = entry.split(", ", 1)
+        urls[name] = url
+    assert urls == PROJECT["urls"]
+    # the page the index shows is the README, whose links are absolute (tests/test_docs.py)
+    assert "](docs/" not in metadata.get_payload()
+
+
+def test_the_sdist_holds_what_builds_the_wheel_and_the_licence(dist: Path) -> None:
+    (sdist,) = dist.glob("mrtr_state-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        member = archive.extractfile(f"{sdist.name.removesuffix('.tar.gz')}/LICENSE")
+        assert member is not None and member.read() == (ROOT / "LICENSE").read_bytes()
+    assert {"LICENSE", "README.md", "pyproject.toml", "mrtr_state/__init__.py"} <= names
+    assert not [n for n in names if n.startswith(("tests/", "keys/", "docs/", "deploy/"))]
 
 
 def test_a_clean_environment_runs_the_cli_from_the_wheel(wheel: Path, tmp_path: Path) -> None:
@@ -68,15 +128,26 @@ def test_a_clean_environment_runs_the_cli_from_the_wheel(wheel: Path, tmp_path: 
     run("keys", "init")
     token = run("mint", "--principal", "alice", "--state", '{"step":2}').strip()
     assert run("verify", "--principal", "alice", token) == '{"step":2}\n'
-    # the core pulls in click and cryptography only: no HTTP stack, no SDK
+    # the core pulls in click and cryptography only: no HTTP stack, no SDK, no dev tool
     probe = (
-        "import importlib.util as u; "
-        "print([m for m in ('httptools', 'uvicorn', 'mcp', 'redis') if u.find_spec(m)])"
+        "import importlib.util as u; print([m for m in "
+        "('httptools', 'uvicorn', 'mcp', 'redis', 'pytest', 'mypy') if u.find_spec(m)])"
     )
     listed = subprocess.run(
         [str(bin_dir / "python"), "-c", probe], capture_output=True, text=True, check=True
     )
     assert listed.stdout.strip() == "[]"
+    # the installed distribution carries its licence, as a user's tools (pip-licenses) read it
+    licence = (
+        "import importlib.metadata as m; d = m.distribution('mrtr-state'); "
+        "print(d.metadata['License-Expression']); "
+        "print(next(f for f in d.files if f.name == 'LICENSE').read_text())"
+    )
+    shown = subprocess.run(
+        [str(bin_dir / "python"), "-c", licence], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout.startswith("Apache-2.0\n") and "Apache License" in shown.stdout
+    assert "Version 2.0, January 2004" in shown.stdout
 
 
 def test_the_proxy_extra_brings_what_the_proxy_needs(wheel: Path, tmp_path: Path) -> None:
@@ -92,3 +163,28 @@ def test_the_proxy_extra_brings_what_the_proxy_needs(wheel: Path, tmp_path: Path
         check=False,
     )
     assert imported.returncode == 0, imported.stderr
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "command"),
+    [("deploy/container/Dockerfile", "proxy"), ("deploy/kubernetes/ops.Dockerfile", "rotate")],
+    ids=["proxy-image", "ops-image"],
+)
+def test_each_images_lock_installs_as_its_dockerfile_installs_it(
+    dockerfile: str, command: str, tmp_path: Path
+) -> None:
+    """The Dockerfile's two pip commands, run here: the lock alone, hashes required and wheels
+    only (pip refuses any dependency the lock does not pin), then the checkout, built offline
+    with the locked setuptools. The command the image runs then works."""
+    text = (ROOT / dockerfile).read_text()
+    installs = re.findall(r"pip install --no-cache-dir ([^&\n]+?)\s*(?:\\\n|&&|$)", text)
+    assert len(installs) == 2
+    sources = {f"/src/{path.name}": str(path) for path in (ROOT / "deploy").rglob("*.txt")}
+    lock = installs[0].split()
+    lock[-1] = sources[lock[-1]]
+    checkout = installs[1].replace("/src", str(ROOT))
+    bin_dir = venv_with(tmp_path, " ".join(lock), checkout)
+    done = subprocess.run(
+        [str(bin_dir / "mrtr-state"), command, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

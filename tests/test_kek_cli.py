@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from mrtr_state.cli import cli
 from mrtr_state.errors import KekRefused
 from mrtr_state.keyset import Keyset
 
-from .helpers import ROOT, run
+from .helpers import CLEAN_ENV, ROOT, run
 
 URI = "passphrase:env:MRTR_TEST_PASSPHRASE"
 OTHER = "passphrase:env:MRTR_TEST_OTHER"
@@ -294,3 +296,202 @@ def test_a_kek_uri_in_the_file_reaches_no_terminal_raw(sealed: Path) -> None:
 def test_keys_list_of_a_damaged_file_without_the_kek_is_an_error(sealed: Path) -> None:
     sealed.write_text(sealed.read_text()[:200])
     assert "not valid JSON" in run("--keyset", str(sealed), "keys", "list", code=6).stderr
+
+
+# --- keys list of a damaged or hostile clear key list (issue 35) ------------------------------
+
+#: What a terminal acts on, or cannot print: C0 controls but the newline, DEL, C1, the bidi
+#: marks, embeddings, overrides and isolates, line and paragraph separators, lone surrogates.
+TERMINAL_ACTIVE = {
+    *map(chr, [*range(0x00, 0x0A), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]),
+    *map(chr, [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]),
+    "\u2028",
+    "\u2029",
+    *map(chr, range(0xD800, 0xE000)),
+}
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\u202e\u2066\u200f\u061c"
+
+
+def assert_inert(*outputs: str) -> None:
+    for shown in outputs:
+        assert not TERMINAL_ACTIVE & set(shown), repr(shown)
+
+
+def _plain(path: Path) -> Path:
+    run("--keyset", str(path), "keys", "init")
+    return path
+
+
+def _damaged(path: Path, change: Any) -> None:
+    doc = json.loads(path.read_text())
+    change(doc["keys"])
+    path.write_text(json.dumps(doc))
+
+
+def _set(member: str, value: Any) -> Any:
+    def change(keys: list[dict[str, Any]]) -> None:
+        keys[0][member] = value
+
+    return change
+
+
+def _two_primaries(keys: list[dict[str, Any]]) -> None:
+    keys.append({**keys[0], "kid": "0badc0de"})
+
+
+def _duplicate(keys: list[dict[str, Any]]) -> None:
+    keys.append({**keys[0], "status": "active"})
+
+
+DAMAGES = {
+    "unknown alg": (_set("alg", "RS256"), "unknown alg 'RS256'"),
+    "alg not text": (_set("alg", ["HS256"]), "alg must be a string"),
+    "hostile alg": (_set("alg", "HS256" + HOSTILE), "unknown alg 'HS256\\x1b[2J"),
+    "status a list": (_set("status", ["primary"]), "unknown status ['primary']"),
+    "status a number": (_set("status", 1), "unknown status 1"),
+    "status an object": (_set("status", {"primary": 1}), "unknown status {'primary': 1}"),
+    "unknown status": (_set("status", "live"), "unknown status 'live'"),
+    "huge since": (_set("since", {"primary": 10**30}), "since must map statuses"),
+    "since past year 9999": (_set("since", {"primary": 253_402_300_800}), "end of year 9999"),
+    "negative since": (_set("since", {"primary": -1}), "since must map statuses"),
+    "since a float": (_set("since", {"primary": 1.5}), "since must map statuses"),
+    "since a list": (_set("since", [1]), "since must map statuses"),
+    "since of an unknown status": (_set("since", {"live": 1}), "since must map statuses"),
+    "hostile kid": (_set("kid", HOSTILE), "key '\\x1b[2J\\x1b]0;owned\\x07\\u202e"),
+    "kid of a lone surrogate": (_set("kid", "\ud800"), "key '\\ud800'"),
+    "kid not hex": (_set("kid", "ABCDEF12"), "8 lowercase hex digits"),
+    "kid a number": (_set("kid", 12345678), "kid must be a string"),
+    "hostile member name": (_set("x" + HOSTILE, 1), "unknown members x\\x1b[2J\\x1b]0;owned"),
+    "kty": (_set("kty", "RSA"), 'kty must be "oct"'),
+    "sdk_kid on an aead key": (_set("sdk_kid", HOSTILE), "carry no SDK key id"),
+    "key not an object": (lambda keys: keys.append("k"), "keys must be a list of objects"),
+    "two primaries": (_two_primaries, "are both primary for"),
+    "a key id twice": (_duplicate, "appears twice"),
+}
+
+
+@pytest.mark.parametrize("encrypted", [True, False], ids=["encrypted-without-kek", "plain"])
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_keys_list_of_a_damaged_member_is_one_error_line_and_exit_6(
+    tmp_path: Path, damage: str, encrypted: bool
+) -> None:
+    """Issue 35: without the KEK, an unknown alg or a status that is not text reached the key
+    table and the lifecycle line (a KeyError or TypeError traceback, exit 1), a huge since
+    an OverflowError; a hostile kid or alg was printed raw. Every member is checked against
+    the invariants a loaded keyset holds (all but the secrets'), in both kinds of file."""
+    path = tmp_path / "keyset.json"
+    if encrypted:
+        run("--keyset", str(path), "--kek", URI, "keys", "init", "--kdf-cost", "10")
+    else:
+        _plain(path)
+    change, message = DAMAGES[damage]
+    _damaged(path, change)
+    if not encrypted and damage == "key not an object":
+        message = "is not a JSON object"
+    for args in (("keys", "list"), ("keys", "list", "--json")):
+        refused = run("--keyset", str(path), *args, code=6)
+        assert refused.stdout == ""
+        lines = refused.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), refused.stderr
+        assert message in lines[0]
+        assert_inert(refused.stderr)
+
+
+def test_keys_list_shows_an_rmcp_key_id_inert_with_and_without_the_kek(sealed: Path) -> None:
+    """An rmcp key id is the operator's text (1-255 bytes of UTF-8), and without the KEK it is
+    anyone's who can write the file: escape sequences, BEL and bidi controls in it are shown
+    escaped, in the table and in --json, read with the KEK or without."""
+    secret = sealed.parent / "rmcp.key"
+    secret.write_bytes(os.urandom(32))
+    secret.chmod(0o600)
+    run(
+        "--keyset", str(sealed), "--kek", URI, "keys", "import", "--alg", "mcp-rs-v2",
+        "--kid", HOSTILE, "--secret-file", str(secret),
+    )  # fmt: skip
+    for kek in ((), ("--kek", URI)):
+        table = run("--keyset", str(sealed), *kek, "keys", "list")
+        listed = run("--keyset", str(sealed), *kek, "keys", "list", "--json")
+        assert_inert(table.stdout, table.stderr, listed.stdout)
+        assert "\\x1b]0;owned\\x07" in table.stdout
+        keys = json.loads(listed.stdout)["keys"]
+        assert [k["sdk_kid"] for k in keys if k["alg"] == "mcp-rs-v2"] == [HOSTILE]
+
+
+def test_keys_list_of_an_encrypted_file_with_a_hostile_kek_uri_is_inert(sealed: Path) -> None:
+    doc = json.loads(sealed.read_text())
+    doc["kek"] = "passphrase:env:X" + HOSTILE + "\ud800"
+    sealed.write_text(json.dumps(doc))
+    table = run("--keyset", str(sealed), "keys", "list")
+    listed = run("--keyset", str(sealed), "keys", "list", "--json")
+    assert_inert(table.stdout, table.stderr, listed.stdout)
+    assert json.loads(listed.stdout)["kek"] == doc["kek"]  # the same text, escaped in JSON
+
+
+def _json_values() -> Any:
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(exclude_categories=()), max_size=12)
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**80), 2**80)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | text
+        | st.sampled_from(
+            ["primary", "active", "pending", "retired", "A256GCM", "HS256", "mcp-rs-v2",
+             "0badc0de", HOSTILE, "\ud800", "", 253_402_300_799, 2**63]
+        )
+    )  # fmt: skip
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text | st.sampled_from(
+            ["primary", "active", "pending", "retired"]), inner, max_size=3),
+        max_leaves=6,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("encrypted", [True, False], ids=["encrypted-without-kek", "plain"])
+def test_keys_list_of_any_damage_to_the_key_list_is_exit_0_or_one_error_line(
+    tmp_path: Path, encrypted: bool
+) -> None:
+    """Hypothesis: one to three members of the key list set to any JSON value (or removed, or
+    a key added). keys list, as text and --json, either lists keys (exit 0) or says what is
+    wrong on one line (exit 6); never a traceback, never a character a terminal acts on."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    path = tmp_path / "keyset.json"
+    if encrypted:
+        run("--keyset", str(path), "--kek", URI, "keys", "init", "--kdf-cost", "10")
+    else:
+        _plain(path)
+    original = json.loads(path.read_text())
+    members = ["kty", "kid", "alg", "status", "since", "sdk_kid", "k", "x" + HOSTILE]
+    change = st.tuples(st.integers(0, 3), st.sampled_from(members), st.none() | _json_values())
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(change, min_size=1, max_size=3))
+    def damaged_listing(changes: list[tuple[int, str, Any]]) -> None:
+        doc = json.loads(json.dumps(original))
+        keys = doc["keys"]
+        for index, member, value in changes:
+            if index >= len(keys):
+                keys.append({"kty": "oct"})
+            elif value is None:
+                keys[index].pop(member, None)
+            else:
+                keys[index][member] = value
+        path.write_text(json.dumps(doc))
+        for args in (("keys", "list"), ("keys", "list", "--json")):
+            result = CliRunner().invoke(cli, ["--keyset", str(path), *args], env=CLEAN_ENV)
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                changes,
+                result.exception,
+            )
+            assert result.exit_code in (0, 6), (changes, result.stderr)
+            if result.exit_code == 6:
+                assert len(result.stderr.splitlines()) == 1
+                assert result.stderr.startswith("error: ")
+            assert_inert(result.stdout, result.stderr)
+
+    damaged_listing()

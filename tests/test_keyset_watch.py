@@ -221,3 +221,32 @@ def test_a_verify_batch_follows_the_keyset_file(path: Path) -> None:
     batch.stdout.close()
     assert batch.stderr is not None
     batch.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"x\x1b]0;owned\x07\u202e": 1},  # a member name
+        {"kid": "\x1b[2J\u2066"},  # a key id
+        {"alg": "HS256\x1b]8;;http://x\x07"},  # an algorithm
+        {"status": "\u202eyramirp"},  # a status
+    ],
+    ids=["member-name", "kid", "alg", "status"],
+)
+def test_a_reload_refusal_reaches_the_log_inert(
+    path: Path, hostile: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 35: the file's text reaches the log of every replica that follows it (and the
+    proxy's /readyz): the refusal names it escaped, never with the escape sequence or the
+    bidi control a log viewer would obey."""
+    loaded = ms.Keyset.load(path, reload_interval=0)
+    doc = json.loads(path.read_text())
+    doc["keys"][0].update(hostile)
+    path.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="mrtr_state"):
+        assert loaded.reload_error is None
+        loaded.check()
+    said = [r.getMessage() for r in caplog.records] + [str(loaded.reload_error)]
+    assert isinstance(loaded.reload_error, ms.KeysetError)
+    for message in said:
+        assert not {"\x1b", "\x07", "\u202e", "\u2066"} & set(message), message

@@ -17,19 +17,28 @@ PACKAGE = Path(mrtr_state.__file__).resolve().parent
 #: Lowest first. A module may import from its own layer's other modules only where listed in
 #: SIDEWAYS, and from any layer below.
 LAYERS: list[set[str]] = [
-    {"errors", "policy", "_entropy", "_printable", "durations"},
-    {"_encoding"},
+    {"errors", "policy", "_entropy", "_printable", "durations", "_redis"},
+    {"_encoding", "_surrogates", "_resp"},
     {"_primitives", "key_derivation"},
     {"claims", "binding", "_principal"},
     {"formats", "envelopes"},  # siblings: neither imports the other
     {"registry"},  # the one format table: pairs wires with envelopes
     {"keytable"},
-    {"keyfile", "kek", "encrypted_keyset", "keyset_store", "keyset_watch", "replay"},
+    {
+        "keyfile",
+        "kek",
+        "encrypted_keyset",
+        "keyset_store",
+        "keyset_watch",
+        "replay",
+        "handles",
+        "handle_store",
+    },
     {"keyset"},
     {"inspection"},
     {"tokens"},
     {"mcp", "lifecycle", "config"},
-    {"sdk_codec", "audit", "proxy"},
+    {"sdk_codec", "server_state", "audit", "proxy"},
     {"_cli_api", "__init__", "__main__", "_launch"},
     {"cli"},
 ]

@@ -204,7 +204,7 @@ def test_an_oversized_body_is_refused_before_parsing(keyset_file: Path) -> None:
     upstream = NaiveServer()
     guard = StateGuard(ms.Keyset.load(keyset_file))
     with serving(upstream) as upstream_url:
-        app = ProxyApp(guard, upstream=upstream_url, max_body=2048)
+        app = ProxyApp(guard, upstream=upstream_url + "/mcp", max_body=2048)
         with serving(app) as proxy_url:
             big = httpx.post(proxy_url + "/mcp", content=b"[" + b" " * 4096 + b"]", timeout=10)
             assert big.status_code == 413 and big.json()["error"]["code"] == -32600
@@ -228,7 +228,7 @@ def test_concurrent_clients_get_their_own_answers(keyset_file: Path) -> None:
     guard = StateGuard(ms.Keyset.load(keyset_file), ttl=60)
     failures: list[str] = []
     with serving(upstream) as upstream_url:
-        app = ProxyApp(guard, upstream=upstream_url, principal_header="X-Forwarded-User")
+        app = ProxyApp(guard, upstream=upstream_url + "/mcp", principal_header="X-Forwarded-User")
         with serving(app) as proxy_url:
             fleet = Fleet(upstream, proxy_url, guard)
 
@@ -291,6 +291,7 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
                 ms.Keyset.load(keyset_file),
                 token,
                 principal=bearer_principal("Bearer alice-token"),
+                audience="/mcp",  # the path it was issued on
                 method="tools/call",
                 target="deploy",
                 arguments={"env": "prod"},
@@ -305,8 +306,10 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
             process.terminate()
             _, err = process.communicate(timeout=20)
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert [e["event"] for e in events] == ["sealed", "refused", "verified"]
-    assert events[1]["result"] == "principal_mismatch"
+    assert [e["event"] for e in events] == ["start", "sealed", "refused", "verified", "stop"]
+    assert events[2]["result"] == "principal_mismatch"
+    assert all(list(e)[:3] == ["ts", "level", "event"] for e in events)
+    assert events[0]["upstream"] == upstream_url + "/mcp" and events[0]["paths"] == ["/mcp"]
     assert "alice-token" not in err
 
 

@@ -120,6 +120,30 @@ def test_an_event_whose_data_is_not_strict_json_is_dropped() -> None:
     assert len(dropped) == 3 and all("not strict JSON" in d for d in dropped)
 
 
+@pytest.mark.parametrize(
+    "hidden",
+    [b"\xe2\x80\xa8", b"\xe2\x80\xa9", b"\xc2\x85", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e"],
+    ids=["LS", "PS", "NEL", "VT", "FF", "FS", "GS", "RS"],
+)
+def test_a_line_some_clients_split_hides_no_data(hidden: bytes) -> None:
+    """Python's str.splitlines breaks lines at these; an SSE client that splits lines so reads
+    the rest of a comment or id as a data line the proxy never saw."""
+    dropped: list[str] = []
+    stream = EventStream(lambda m: m, dropped.append)
+    plain = b'data: {"id":1,"result":{"requestState":"PLAIN"}}'
+    data = b": x" + hidden + plain + b"\n\n" + b"id: 7" + hidden + plain + b"\n\n"
+    out = run(stream, data, [])
+    assert out == b"" and len(dropped) == 2 and "line separator" in dropped[0]
+
+
+def test_data_holding_a_line_separator_in_a_string_is_written_back_as_ascii() -> None:
+    dropped: list[str] = []
+    stream = EventStream(lambda m: m, dropped.append)
+    data = 'data: {"text":"a\u2028data: {}\u0085b"}\n\n'.encode()
+    out = run(stream, data, [])
+    assert out == b'data: {"text":"a\\u2028data: {}\\u0085b"}\n\n' and dropped == []
+
+
 def test_a_final_event_ended_by_a_lone_cr_is_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's case: ``...\\r\\r`` at the very end of the stream ends an event. A CR at the end
     of a chunk may be half of a CRLF, but at the end of the stream it is a line end."""

@@ -431,3 +431,217 @@ def test_sqlite_locked_by_another_writer_mid_batch_fails_closed(
     # what was answered was recorded: the tokens stay redeemed once the lock is gone
     store = SqliteStore(db_path)
     assert store.count() == 5
+
+
+# --- a Redis that lost entries: evictions, a flush, a reset counter (issue 35) -----------------
+
+
+def _evict(client: Any, entry: str) -> None:
+    """Switch the live server to an evicting policy, fill it until ``entry`` is evicted, then
+    switch back to noeviction (the review's scenario: inside the store's minute)."""
+    client.config_set("maxmemory-policy", "volatile-lru")  # our entries all have a TTL
+    client.config_set("maxmemory", str(client.info("memory")["used_memory"] + 256 * 1024))
+    try:
+        for batch in range(200):
+            with client.pipeline(transaction=False) as fill:
+                for n in range(2000):
+                    fill.set(f"fill:{batch}:{n}", b"x" * 100, px=600_000)
+                fill.execute()
+            if not client.exists(entry):
+                break
+        assert not client.exists(entry), "the entry was never evicted"
+        assert client.info("stats")["evicted_keys"] > 0
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", "0")
+
+
+def test_redis_entry_evicted_under_a_policy_switched_live_is_never_redeemed_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 35: the eviction policy was checked once a minute, so a switch to volatile-lru
+    inside that minute, an eviction, and a switch back let a redeemed token be accepted again.
+    The eviction counter is read in the same script as every SET: the replay, and every other
+    redemption, is refused (exit 6) until horizon + max_skew after the eviction was seen, by
+    this store, by one opened afterwards (another replica, a restarted process), by the CLI."""
+    import redis
+
+    with private_redis() as (_server, url):
+        client = redis.Redis.from_url(url)
+        store = RedisStore(url, horizon=2.0, max_skew=1.0)
+        now = time.time()
+        assert store.redeem("jti:paid", now + 60, now=now)
+        assert not store.redeem("jti:paid", now + 60, now=now)  # its minute's check is done
+        _evict(client, RedisStore.PREFIX + "jti:paid")
+        for handle in (store, RedisStore(url, horizon=2.0, max_skew=1.0)):
+            for key in ("jti:paid", "jti:new"):
+                with pytest.raises(ms.ReplayStoreError, match="evicted keys") as caught:
+                    handle.redeem(key, now + 60, now=time.time())
+                assert caught.value.exit_code == 6
+        keyset = ms.Keyset.generate()
+        keyset.save(tmp_path / "keyset.json")
+        token = ms.mint(keyset, "once", request_id="r")
+        env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
+        refused = subprocess.run(
+            [sys.executable, "-m", "mrtr_state", "--keyset", str(tmp_path / "keyset.json"),
+             "verify", "--once", "--replay-store", url, "--request-id", "r", token],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert refused.returncode == 6, refused.stderr
+        assert "every redemption is refused until" in refused.stderr
+        assert client.exists(RedisStore.PREFIX + "jti:new") == 0  # nothing recorded meanwhile
+        time.sleep(3.1)  # horizon + max_skew: every entry an eviction could have taken expired
+        assert store.redeem("jti:new", time.time() + 60, now=time.time())
+        # a counter that went down (CONFIG RESETSTAT, or a restart from a snapshot) is a loss too
+        client.config_resetstat()
+        with pytest.raises(ms.ReplayStoreError, match="evicted keys"):
+            store.redeem("jti:after-reset", time.time() + 60, now=time.time())
+
+
+def test_redis_data_lost_under_a_running_process_is_refused_by_every_process(
+    tmp_path: Path,
+) -> None:
+    """A FLUSHALL (or a restart without persistence) takes the entries and the store's own
+    record with them: a process that knew the record refuses, and its refusal is written
+    back, so a process that first comes after it refuses as well."""
+    import redis
+
+    with private_redis() as (_server, url):
+        client = redis.Redis.from_url(url)
+        store = RedisStore(url, horizon=60.0)
+        now = time.time()
+        assert store.redeem("jti:a", now + 30, now=now)
+        client.flushall()
+        with pytest.raises(ms.ReplayStoreError, match="lost this store's data"):
+            store.redeem("jti:a", now + 30, now=now)
+        with pytest.raises(ms.ReplayStoreError, match="refused until"):
+            RedisStore(url).redeem("jti:b", now + 30, now=now)
+        assert not client.exists(RedisStore.PREFIX + "jti:a")
+        # the operator's early end (docs/single-use.md): the record's until set back to 0
+        client.hset(RedisStore.META, "until", 0)
+        assert store.redeem("jti:b", now + 30, now=now)
+        assert not RedisStore(url).redeem("jti:b", now + 30, now=now)
+
+
+def test_redis_policy_switched_live_without_an_eviction_loses_nothing() -> None:
+    """A policy that may evict, switched on inside the store's minute, takes nothing by itself:
+    the entry is there and the replay is refused as a replay; once the minute's look sees the
+    policy, every redemption is refused with what to fix."""
+    import redis
+
+    with private_redis() as (_server, url):
+        client = redis.Redis.from_url(url)
+        store = RedisStore(url)
+        now = time.time()
+        assert store.redeem("jti:a", now + 60, now=now)
+        client.config_set("maxmemory", "512mb")
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        assert not store.redeem("jti:a", now + 60, now=now)
+        with pytest.raises(ms.ReplayStoreError, match="may evict keys"):
+            RedisStore(url).redeem("jti:b", now + 60, now=now)
+
+
+def test_redis_store_record_of_another_type_fails_closed() -> None:
+    import redis
+
+    with private_redis() as (_server, url):
+        redis.Redis.from_url(url).set(RedisStore.META, b"not a hash")
+        with pytest.raises(ms.ReplayStoreError, match="WRONGTYPE"):
+            RedisStore(url).redeem("jti:a", time.time() + 60, now=time.time())
+
+
+# --- a SQLite file deleted or replaced under a running process (issue 35) ----------------------
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+def _rename(path: Path) -> None:
+    path.rename(path.with_name("moved.db"))
+
+
+def _replace_with_a_new_store(path: Path) -> None:
+    fresh = path.with_name("fresh.db")
+    SqliteStore(fresh).close()
+    fresh.rename(path)
+
+
+def _replace_with_a_copy(path: Path) -> None:
+    copy = path.with_name("copy.db")
+    copy.write_bytes(path.read_bytes())
+    copy.chmod(0o600)
+    copy.rename(path)
+
+
+@pytest.mark.parametrize(
+    "swap", [_delete, _rename, _replace_with_a_new_store, _replace_with_a_copy]
+)
+def test_sqlite_file_deleted_or_replaced_under_the_store_is_refused(
+    tmp_path: Path, swap: Any
+) -> None:
+    """Before: the process went on writing to the file it held open while a process opened
+    later used the one at the path, two stores each accepting a token once. Now each
+    redemption compares the path's device and inode with the file opened: refused (exit 6),
+    whatever the redemption's result; a store opened again uses the file now at the path."""
+    path = tmp_path / "replay.db"
+    store = SqliteStore(path)
+    now = time.time()
+    assert store.redeem("jti:a", now + 60, now=now)
+    swap(path)
+    for key in ("jti:a", "jti:b"):
+        with pytest.raises(ms.ReplayStoreError, match="deleted, renamed or replaced") as caught:
+            store.redeem(key, now + 60, now=now)
+        assert caught.value.exit_code == 6
+    refused_in_a_thread: list[BaseException] = []
+
+    def other_thread() -> None:  # a new connection of the same store is checked too
+        try:
+            store.redeem("jti:c", now + 60, now=now)
+        except ms.ReplayStoreError as err:
+            refused_in_a_thread.append(err)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert len(refused_in_a_thread) == 1
+    store.close()
+    again = SqliteStore(path)
+    assert again.redeem("jti:b", now + 60, now=now)
+    assert not again.redeem("jti:b", now + 60, now=now)
+
+
+def test_sqlite_store_survives_a_change_of_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path names the file the store opened, not another one after a chdir: a
+    thread's first redemption (its own connection) once opened ./replay.db of the new folder,
+    a second store beside the first."""
+    monkeypatch.chdir(tmp_path)
+    store = SqliteStore("replay.db")
+    now = time.time()
+    assert store.redeem("jti:a", now + 60, now=now)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    monkeypatch.chdir(elsewhere)
+    answers: list[bool] = []
+
+    def redeem_in_a_new_thread() -> None:  # its own connection, opened after the chdir
+        answers.append(store.redeem("jti:a", now + 60, now=now))
+
+    worker = threading.Thread(target=redeem_in_a_new_thread)
+    worker.start()
+    worker.join()
+    assert answers == [False]
+    assert not (elsewhere / "replay.db").exists()
+
+
+def test_sqlite_file_deleted_mid_batch_fails_closed_after_the_answers_given(
+    batch_keyset: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    path, tokens = batch_keyset
+    db_path = tmp_path / "replay.db"
+    code, out, err = _batch(path, f"sqlite:///{db_path}", tokens, db_path.unlink)
+    assert code == 6
+    assert out.splitlines() == [str(n) for n in range(5)]
+    assert "was deleted, renamed or replaced under this process" in err

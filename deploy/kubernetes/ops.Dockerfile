@@ -16,9 +16,12 @@ RUN apt-get update \
     && chmod 0755 /usr/local/bin/kubectl \
     && apt-get purge -y curl && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 
-COPY pyproject.toml README.md /src/
+# Pinned, with digests (ops-requirements.txt, written by scripts/lock_images.py): the same
+# commit gives the same image.
+COPY deploy/kubernetes/ops-requirements.txt pyproject.toml README.md LICENSE /src/
 COPY mrtr_state /src/mrtr_state
-RUN pip install --no-cache-dir /src && rm -rf /src
+RUN pip install --no-cache-dir --require-hashes --only-binary=:all: -r /src/ops-requirements.txt \
+    && pip install --no-cache-dir --no-deps --no-build-isolation /src && rm -rf /src
 COPY deploy /opt/mrtr-state/deploy
 
 RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin mrtr-state

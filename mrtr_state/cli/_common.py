@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from .._cli_api import FORMAT_NAMES, EncodingError, json_dumps, json_loads, parse_duration
+from .._cli_api import (
+    FORMAT_NAMES,
+    EncodingError,
+    json_loads,
+    parse_duration,
+    report_json,
+)
 
 # The group machinery, re-exported: command modules take everything shared from here.
 from ._group import App as App
@@ -26,11 +32,17 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def json_report(value: Any) -> str:
+    """``value`` as compact JSON for --json output: reports wrap what a token held, at any
+    depth its reader accepted (see ``report_json``)."""
+    return report_json(value)
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``)."""
     from .._cli_api import terminal_json
 
-    click.echo(terminal_json(json_dumps(value)))
+    click.echo(terminal_json(json_report(value)))
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -108,8 +108,8 @@ def key_table(keys: Iterable[Key], *, now: float, timeline: Callable[[Key], str]
     for key in keys:
         entered = key.since.get(key.status)
         since = "-" if entered is None else timestamp(entered, now)
-        # rmcp's keyring ids are the operator's text: shown escaped, never raw to a terminal
-        kid = key.kid if key.sdk_kid is None else f"{key.kid} rmcp:{printable(key.sdk_kid)!r}"
+        # rmcp's keyring ids are the operator's text: shown escaped (once), never raw
+        kid = key.kid if key.sdk_kid is None else f"{key.kid} rmcp:'{printable(key.sdk_kid)}'"
         rows.append((kid, key.alg, key.format, key.status, since, timeline(key)))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return "\n".join(

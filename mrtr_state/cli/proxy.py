@@ -2,14 +2,66 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
-from ._common import App, duration_option, fail, pass_app
+from .. import MrtrStateError
+from .._cli_api import printable
+from ._common import App, duration_option, pass_app
 
 #: Exit code when the proxy cannot listen (address in use, not permitted); see docs/cli.md.
 LISTEN_ERROR = 7
+
+
+class _Say:
+    """Every line the proxy writes: one JSON object (``--json-log``) or one line of text."""
+
+    def __init__(self, json_log: bool) -> None:
+        from .._cli_api import json_lines
+
+        self.sink: Callable[[dict[str, Any]], None] | None = (
+            json_lines(sys.stderr) if json_log else None
+        )
+
+    def __call__(self, event: str, text: str, level: str = "info", **facts: Any) -> None:
+        if self.sink is not None:
+            self.sink({"event": event, "level": level, **facts})
+        elif level == "info":
+            click.echo(f"mrtr-state proxy: {text}", err=True)
+        else:
+            click.echo(f"{level}: {printable(text)}", err=True)
+
+    def fail(self, message: str, code: int) -> None:
+        """Say why the proxy cannot start, then exit ``code``."""
+        self("error", message, "error", reason=message, exit=code)
+        raise click.exceptions.Exit(code)
+
+    @contextmanager
+    def failures(self) -> Iterator[None]:
+        """With ``--json-log``, a library or usage error before serving is a JSON line too."""
+        if self.sink is None:
+            yield
+            return
+        try:
+            yield
+        except MrtrStateError as err:
+            self.fail(str(err), err.exit_code)
+        except (click.UsageError, ValueError) as err:
+            self.fail(err.format_message() if isinstance(err, click.UsageError) else str(err), 2)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
@@ -55,6 +107,20 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--audience", "-a", metavar="A", help="Audience bound into every state [config].")
 @duration_option("--ttl", "Lifetime of a sealed state [config ttl; default 300s].")
 @click.option("--once", is_flag=True, help="Accept each state at most once (needs --replay-store).")
+@click.option(
+    "--state-store",
+    metavar="URL",
+    help="Keep each state server-side and give the client a handle: redis://HOST:PORT/DB, "
+    "redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE (or memory: for one "
+    "process). No keyset is needed; handles are single use.",
+)
+@click.option(
+    "--max-state",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="With --state-store: the largest state kept, in bytes (a larger one is withheld).",
+)
 @click.option("--replay-store", metavar="URL", help="sqlite:///PATH or redis://HOST:PORT/DB.")
 @click.option(
     "--max-body",
@@ -64,15 +130,29 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     help="Refuse request bodies over this many bytes (413) before parsing them.",
 )
 @click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    metavar="/PATH",
+    help="Serve this path too (forwarded as sent); only the --upstream URL's own path is "
+    "served otherwise, every other path is 404. Repeatable.",
+)
+@click.option(
     "--json-log",
     is_flag=True,
-    help="Log one JSON line per sealed, verified or refused state and per refused request.",
+    help="Write every line as JSON (ts, level, event): start-up, warnings, shutdown, and one "
+    "line per sealed, verified or refused state and per refused request.",
 )
 @click.option(
     "--admin-listen",
     metavar="[HOST:]PORT",
     help="Serve /healthz, /readyz and /metrics on this address (a port alone: loopback). Keep "
     "it off the network clients reach.",
+)
+@duration_option(
+    "--head-timeout",
+    "How long a new connection may take to send its first request head before it is answered "
+    "408 and closed [default 10s].",
 )
 @duration_option(
     "--drain",
@@ -98,9 +178,13 @@ def proxy_cmd(
     ttl: int | None,
     once: bool,
     replay_store: str | None,
+    state_store: str | None,
+    max_state: int,
     max_body: int,
+    paths: tuple[str, ...],
     json_log: bool,
     admin_listen: str | None,
+    head_timeout: int | None,
     drain: int | None,
     parser: str,
 ) -> None:
@@ -126,6 +210,53 @@ def proxy_cmd(
 
     Exit codes: 2 usage, 6 keyset or config problem, 7 cannot listen on the address.
     """
+    say = _Say(json_log)
+    with say.failures():
+        _run(
+            app,
+            say,
+            upstream=upstream,
+            listen=listen,
+            principal_header=principal_header,
+            principal_from=principal_from,
+            allow_anonymous=allow_anonymous,
+            audience=audience,
+            ttl=ttl,
+            once=once,
+            replay_store=replay_store,
+            state_store=state_store,
+            max_state=max_state,
+            max_body=max_body,
+            paths=paths,
+            admin_listen=admin_listen,
+            head_timeout=head_timeout,
+            drain=drain,
+            parser=parser,
+        )
+
+
+def _run(
+    app: App,
+    say: _Say,
+    *,
+    upstream: str,
+    listen: str,
+    principal_header: str | None,
+    principal_from: str | None,
+    allow_anonymous: bool,
+    audience: str | None,
+    ttl: int | None,
+    once: bool,
+    replay_store: str | None,
+    state_store: str | None,
+    max_state: int,
+    max_body: int,
+    paths: tuple[str, ...],
+    admin_listen: str | None,
+    head_timeout: int | None,
+    drain: int | None,
+    parser: str,
+) -> None:
     if principal_header and principal_from:
         raise click.UsageError("give --principal-header or --principal-from, not both")
     if not (principal_header or principal_from or allow_anonymous):
@@ -141,6 +272,10 @@ def proxy_cmd(
         )
     if replay_store and not once:
         raise click.UsageError("--replay-store is used only with --once")
+    if state_store and once:
+        raise click.UsageError(
+            "--state-store handles are single use already: drop --once and --replay-store"
+        )
     try:
         from .._cli_api import ProxyApp
         from .._cli_api import proxy_server as server
@@ -152,11 +287,18 @@ def proxy_cmd(
     from .._cli_api import StateGuard
 
     settings = app.settings(audience=audience, ttl=ttl)
-    keyset = app.keyset(settings)
-    keyset.primary("A256GCM")  # fail now, not at the first input_required result
+    store = None
+    keyset = None
+    if state_store is not None:
+        from .._cli_api import open_handle_store
+
+        store = open_handle_store(state_store, max_skew=settings.max_skew, asyncio=True)
+    else:
+        keyset = app.keyset(settings)
+        keyset.primary("A256GCM")  # fail now, not at the first input_required result
     host, port = _listen(listen)
     admin_address = None if admin_listen is None else _listen(admin_listen, "--admin-listen")
-    log = server.json_lines(sys.stderr) if json_log else None
+    log = say.sink
     metrics = None
     if admin_address is not None:
         from .._cli_api import ProxyMetrics
@@ -172,6 +314,9 @@ def proxy_cmd(
         else None,
         log=log,
         metrics=metrics,
+        store=store,
+        max_state=max_state,
+        max_skew=settings.max_skew,
     )
     proxy = ProxyApp(
         guard,
@@ -180,24 +325,62 @@ def proxy_cmd(
         principal_from_bearer=principal_from == "bearer",
         allow_anonymous=allow_anonymous,
         max_body=max_body,
+        paths=paths,
     )
     admin = admin_sock = None
+    server.hold_sigterm()  # from the moment clients can connect, a SIGTERM stops it cleanly
+    where = listen
     try:
-        sock = server.bind(host, port)
+        # the admin listener first: once the proxy's own port accepts, its probes answer too
         if admin_address is not None and metrics is not None:
             from .._cli_api import AdminApp
 
-            admin = AdminApp(keyset, proxy.upstream, metrics)
+            admin = AdminApp(keyset, proxy.upstream, metrics, store=store)
+            where = ":".join(map(str, admin_address))
             admin_sock = server.bind(*admin_address)
+            where = listen
+        sock = server.bind(host, port)
     except OSError as err:
-        where = listen if admin is None else f"{admin_address[0]}:{admin_address[1]}"  # type: ignore[index]
-        fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
-    click.echo(
-        f"mrtr-state proxy: http://{listen} -> {proxy.origin} (keyset {keyset.source})", err=True
+        if admin_sock is not None:
+            admin_sock.close()
+        say.fail(f"cannot listen on {where}: {err.strerror or err}", LISTEN_ERROR)
+    served = sorted(path.decode("ascii") for path in proxy.paths)
+    if store is not None:
+        from .._cli_api import url_shown
+
+        kept = {"state_store": url_shown(store.url)}
+        where = f"state store {url_shown(store.url)}"
+    else:
+        assert keyset is not None
+        kept = {"keyset": str(keyset.source)}
+        where = f"keyset {keyset.source}"
+    say(
+        "start",
+        f"http://{listen} -> {proxy.upstream.url} (serving {', '.join(served)}; {where})",
+        listen=f"http://{listen}",
+        upstream=proxy.upstream.url,
+        paths=served,
+        http=parser,
+        **kept,
     )
+    if principal_header and not _loopback(host):
+        say(
+            "principal_header_exposed",
+            f"--principal-header {principal_header} with --listen {listen}, not a loopback "
+            "address: any client that reaches this address can name any principal. Serve only "
+            "behind the front proxy that sets the header (see docs/proxy.md).",
+            "warning",
+            header=principal_header,
+            listen=listen,
+        )
     unreachable = server.probe_once(proxy.upstream)
     if unreachable is not None:  # a sidecar's server may start later: serve, and say so
-        click.echo(f"warning: {unreachable}; /readyz says not ready until it answers", err=True)
+        say(
+            "upstream_unreachable",
+            f"{unreachable}; /readyz says not ready until it answers",
+            "warning",
+            reason=unreachable,
+        )
     server.serve(
         proxy,
         sock,
@@ -206,4 +389,6 @@ def proxy_cmd(
         drain=10 if drain is None else max(1, drain),
         admin=admin,
         admin_sock=admin_sock,
+        head_timeout=server.HEAD_TIMEOUT if head_timeout is None else max(1, head_timeout),
     )
+    say("stop", "stopped", reason="signal")

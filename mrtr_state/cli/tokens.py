@@ -24,7 +24,7 @@ from .. import (
     verify_for_output,
 )
 from .. import inspect as inspect_token
-from .._cli_api import format_duration, json_dumps, printable, terminal_json
+from .._cli_api import format_duration, printable, terminal_json
 from ._common import (
     NO_TOKEN,
     App,
@@ -35,6 +35,7 @@ from ._common import (
     fail,
     format_option,
     json_option,
+    json_report,
     pass_app,
     read_state,
     request_binding,
@@ -261,7 +262,7 @@ def verify_cmd(
 
 def _json_line(result: Any, number: int) -> str:
     claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
-    return json_dumps({"line": number, **_verify_result(claims.to_dict())})
+    return json_report({"line": number, **_verify_result(claims.to_dict())})
 
 
 def _state_line(result: tuple[Claims, str], number: int) -> str:
@@ -368,7 +369,7 @@ def _verify_lines(
                 first_failure = first_failure or err.exit_code
                 if as_json:
                     failure = {"code": err.code, "message": str(err)}
-                    answer(json_dumps({"line": number, "valid": False, "error": failure}))
+                    answer(json_report({"line": number, "valid": False, "error": failure}))
                 else:
                     answer(f"rejected: {printable(error_text(err))}")
                 continue
@@ -431,7 +432,7 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
             first_failure = first_failure or err.exit_code
             if as_json:
                 failure = {"code": err.code, "message": str(err)}
-                shown = terminal_json(json_dumps({"line": number, "error": failure}))
+                shown = terminal_json(json_report({"line": number, "error": failure}))
             else:
                 shown = f"line {number}: rejected: {printable(error_text(err))}"
         if number > 1 and not as_json:
@@ -455,7 +456,7 @@ def _inspected(
     view = inspect_token(text, keyset=keyset, now=now, policy=settings.policy)
     if as_json:
         found = view.to_dict() if number is None else {"line": number, **view.to_dict()}
-        return terminal_json(json_dumps(found))
+        return terminal_json(json_report(found))
     from . import _render  # only inspect draws
 
     drawn = _render.inspection(view, now=now, keyset_source=keyset_source)

@@ -140,7 +140,7 @@ class McpPyEnvelope(RequestStateOnly):
         if not ((type(iat) is float or type(iat) is int) and iat <= now + FUTURE_SKEW):
             raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
         if not (type(exp) is float or type(exp) is int):
-            raise ExpiredToken("expired ? s ago (exp is not a number)")
+            raise ExpiredToken("expired: exp is not a number")
         if not now < exp:
             raise ExpiredToken(f"expired {int(now - exp)} s ago")
         if not exp - iat <= policy.lifetime_cap:

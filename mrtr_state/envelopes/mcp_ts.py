@@ -100,7 +100,7 @@ class McpTsEnvelope(RequestStateOnly):
         # refuses what is not finite), then beyond the SDK exp - now <= ttl_cap
         exp: Any = document.get("exp")
         if not (type(exp) is int or type(exp) is float):
-            raise ExpiredToken("expired ? s ago (exp is not a number)")
+            raise ExpiredToken("expired: exp is not a number")
         if not now < exp:
             raise ExpiredToken(f"expired {int(now - exp)} s ago")
         if not exp - now <= policy.lifetime_cap:

@@ -110,11 +110,13 @@ def _same(stored: str, expected: str) -> bool:
 
 
 def _unbound(what: str, error: type[InvalidToken]) -> InvalidToken:
-    return error(f"{what} mismatch: the token is not bound to a {what}, but one was given")
+    article = "an" if what[0] in "aeiou" else "a"
+    return error(f"{what} mismatch: the token is not bound to {article} {what}, but one was given")
 
 
 def _bound(what: str, error: type[InvalidToken]) -> InvalidToken:
-    return error(f"{what} mismatch: the token is bound to a {what}; give it to verify")
+    article = "an" if what[0] in "aeiou" else "a"
+    return error(f"{what} mismatch: the token is bound to {article} {what}; give it to verify")
 
 
 class OwnEnvelope:
@@ -351,9 +353,8 @@ def _carried_state(plaintext: bytes) -> str | None:
     at = text.find('"st":')
     if at < 0 or "{" in text[1:at]:
         return None
-    try:
-        end = json_value_end(text, at + 5)
-    except EncodingError:
+    end = json_value_end(text, at + 5)
+    if end is None:
         return None
     value = text[at + 5 : end]
     if end != len(text) - 1 or "\n" in value or "\r" in value:

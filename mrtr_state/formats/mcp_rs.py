@@ -25,7 +25,7 @@ from .._encoding import (
     b64url_decode,
     b64url_encode,
     compare_digest,
-    json_bytes,
+    encode_wire,
     json_loads,
 )
 from .._primitives import Keyed, hmac_key
@@ -215,7 +215,9 @@ def _readable(expiry: int, payload: bytes) -> bytes:
         shown: dict[str, object] = {"expiry_ms": expiry, "payload": json_loads(payload)}
     except EncodingError:
         shown = {"expiry_ms": expiry, "payload_base64url": b64url_encode(payload)}
-    return json_bytes(shown)
+    # what was just parsed, written again: no depth check (the wrapper adds a level), and a
+    # lone surrogate kept as its escape, for inspect to refuse by name
+    return encode_wire(shown)
 
 
 def _expiry_text(expiry: int | None) -> str:

@@ -21,7 +21,14 @@ from typing import Any
 
 from ..errors import ConfigError, KekRefused, KekUnavailable, KeysetError
 
-__all__ = ["KEK_ENV", "Kek", "kek_from_uri", "read_secret_source", "record_bytes"]
+__all__ = [
+    "KEK_ENV",
+    "Kek",
+    "kek_from_uri",
+    "read_secret_source",
+    "record_bytes",
+    "record_members",
+]
 
 #: The environment variable naming the KEK, as ``--kek`` and the config's ``kek`` do.
 KEK_ENV = "MRTR_STATE_KEK"
@@ -142,6 +149,14 @@ def read_secret_source(spec: str, what: str, uri: str) -> bytes:
         f"KEK {uri}: the {what} must come from env:NAME or file:PATH, not {spec!r} "
         "(never write a secret into the URI)"
     )
+
+
+def record_members(record: Mapping[str, Any]) -> str:
+    """The member names of a data key record, for a message: they are the file's text, read
+    before anything authenticated them, so they are made inert for terminals and logs."""
+    from .._printable import printable
+
+    return printable(", ".join(sorted(record)), 200)
 
 
 def record_bytes(record: Mapping[str, Any], name: str, length: int | None = None) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._encoding import b64url_encode
 from ..errors import ConfigError, KekRefused, KekUnavailable
-from . import Kek, read_secret_source, record_bytes
+from . import Kek, read_secret_source, record_bytes, record_members
 
 DEFAULT_LOG_N = 15
 MIN_LOG_N = 10
@@ -100,7 +100,7 @@ def _checked(record: Mapping[str, Any]) -> tuple[int, int, bytes, bytes, bytes]:
     if set(record) != _MEMBERS or record.get("kdf") != "scrypt":
         raise KekRefused(
             "the data key record is not a scrypt passphrase record (members "
-            f"{', '.join(sorted(record))}); was the keyset encrypted under another kind of KEK?"
+            f"{record_members(record)}); was the keyset encrypted under another kind of KEK?"
         )
     log_n, r, p = record["log_n"], record["r"], record["p"]
     if type(log_n) is not int or not MIN_LOG_N <= log_n <= MAX_LOG_N:

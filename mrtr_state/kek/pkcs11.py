@@ -22,7 +22,7 @@ from urllib.parse import unquote_to_bytes
 
 from .._encoding import b64url_encode
 from ..errors import ConfigError, KekRefused, KekUnavailable
-from . import Kek, read_secret_source, record_bytes
+from . import Kek, read_secret_source, record_bytes, record_members
 
 _PATH_ATTRIBUTES = {"token", "serial", "object", "id", "type"}
 _QUERY_ATTRIBUTES = {"module-path", "pin-source"}
@@ -111,7 +111,7 @@ class Pkcs11Kek(Kek):
         if set(record) != {"mechanism", "nonce", "wrapped"} or record["mechanism"] != "CKM_AES_GCM":
             raise KekRefused(
                 "the data key record is not a PKCS#11 AES-GCM record (members "
-                f"{', '.join(sorted(record))}); was the keyset encrypted under another kind of KEK?"
+                f"{record_members(record)}); was the keyset encrypted under another kind of KEK?"
             )
         nonce = record_bytes(record, "nonce", _NONCE_BYTES)
         wrapped = record_bytes(record, "wrapped", 32 + 16)

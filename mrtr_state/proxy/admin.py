@@ -3,7 +3,7 @@
     GET /healthz   200 while the process serves (liveness: restart it if this fails)
     GET /readyz    200 when ready; 503 with the reasons when the keyset file cannot be loaded
                    (the last good keyset is still in force: a rotation did not take effect), the
-                   upstream cannot be reached, or the proxy is shutting down
+                   upstream or the state store cannot be used, or the proxy is shutting down
     GET /metrics   Prometheus text (see :mod:`mrtr_state.proxy.metrics`)
 
 Keep it off the network clients reach: it says which keys are in use and whether the keyset is
@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..handle_store import awaited
 from ..keyset import Keyset
 from .app import Receive, Scope, Send
 from .metrics import ProxyMetrics
@@ -30,12 +31,14 @@ class AdminApp:
 
     def __init__(
         self,
-        keyset: Keyset,
+        keyset: Keyset | None,
         upstream: Upstream,
         metrics: ProxyMetrics,
         draining: Callable[[], bool] = lambda: False,
+        store: Any = None,
     ) -> None:
         self.keyset = keyset
+        self.store = store
         self.upstream = upstream
         self.metrics = metrics
         self.draining = draining
@@ -76,9 +79,14 @@ class AdminApp:
             reasons.append("shutting down")
         # in a thread: a keyset change that needs the KEK (scrypt, an HSM, a KMS helper) must
         # not stall the event loop
-        problem = await asyncio.to_thread(self.keyset.check)
-        if problem is not None:
-            reasons.append(f"keyset: {problem} (the last good keyset is in force)")
+        if self.keyset is not None:
+            problem = await asyncio.to_thread(self.keyset.check)
+            if problem is not None:
+                reasons.append(f"keyset: {problem} (the last good keyset is in force)")
+        if self.store is not None:
+            unusable = await awaited(self.store.probe())
+            if unusable is not None:
+                reasons.append(f"state store: {unusable}")
         unreachable = await self.upstream.probe()
         if unreachable is not None:
             reasons.append(f"upstream: {unreachable}")

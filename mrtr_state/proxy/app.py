@@ -3,16 +3,21 @@
 It is a security boundary, so it forwards only what it has inspected and understood, and answers
 everything else itself without contacting the upstream:
 
+* framing: read by :mod:`~mrtr_state.proxy.framing` before the HTTP parser, so what arrives here
+  is a request with one reading (no trailers, no ambiguous lengths, no folded fields);
 * methods: exactly ``POST``, ``GET`` and ``DELETE`` (case-sensitive, RFC 9110); else 405;
 * targets: origin-form only (``/path?query``, RFC 3986 characters, no ``//`` start); else 400.
-  The connection always goes to the configured upstream, whatever the target says;
+  Only the paths served (the upstream URL's, and any ``--path``) are forwarded, else 404; the
+  connection always goes to the configured upstream, whatever the target says;
 * bodies: a POST must be JSON-RPC the proxy understands (:mod:`~mrtr_state.proxy.jsonrpc`);
   ``GET`` and ``DELETE`` carry none; over ``max_body`` is 413, before parsing;
 * principal: the one value of the trusted header (two: 400; none: 401 unless anonymous requests
   are allowed), or a digest of the one bearer credential;
-* answers: a JSON body is parsed strictly and rewritten; an event stream is rewritten event by
-  event as it arrives (:mod:`~mrtr_state.proxy.sse`); a compressed answer, or a JSON body the
-  proxy cannot read strictly, is a 502, never passed on.
+* answers: only bodies the proxy parsed itself go back. A JSON body (``application/json``) is
+  parsed strictly and rewritten; an event stream (``text/event-stream``) is rewritten event by
+  event as it arrives (:mod:`~mrtr_state.proxy.sse`). Any other body (another or no media type,
+  a Content-Type repeated or listing two), a compressed one, or a JSON body the proxy cannot
+  read strictly is a 502, never passed on; an empty body needs no type.
 
 When the client goes away, the upstream request is abandoned and its connection closed at once.
 Every refusal is logged (``--json-log``) with its reason; no request path ends in a traceback.
@@ -28,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from .._encoding import EncodingError, encode_wire, json_loads
+from .framing import FramingRefusal
 from .jsonrpc import (
     INVALID_REQUEST,
     MAX_BODY_DEPTH,
@@ -78,8 +84,35 @@ _NOT_FORWARDED = frozenset(
         b"http2-settings",
     }
 )
+#: Request headers an upstream reads one value of: never forwarded twice.
+_ONCE = frozenset(
+    {
+        b"mcp-session-id",
+        b"mcp-protocol-version",
+        b"last-event-id",
+        b"authorization",
+        b"content-type",
+    }
+)
 _JSON = b"application/json"
 _EVENTS = b"text/event-stream"
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e]|\\[\t \x21-\x7e])*+"'
+# RFC 9110 section 8.3.1: type "/" subtype *( OWS ";" OWS parameter ), one value, no list
+_PARAMETER = re.compile(rb"[ \t]*+;[ \t]*+(" + _TOKEN + rb")=(" + _TOKEN + rb"|" + _QUOTED + rb")")
+_CONTENT_TYPE = re.compile(
+    rb"("
+    + _TOKEN
+    + rb"/"
+    + _TOKEN
+    + rb")((?:[ \t]*+;[ \t]*+"
+    + _TOKEN
+    + rb"=(?:"
+    + _TOKEN
+    + rb"|"
+    + _QUOTED
+    + rb"))*+)[ \t]*"
+)
 
 
 class ProxyApp:
@@ -89,6 +122,9 @@ class ProxyApp:
     authenticating front proxy that overwrites whatever the client sent); ``principal_from_bearer``
     takes a digest of the bearer credential instead. A request without its principal is refused
     (401) unless ``allow_anonymous``; with neither source, states bind no principal.
+
+    The upstream URL's path is the one served, with any of ``paths``; every state is bound to
+    the path its request came on (see :meth:`StateGuard.audience_for`).
     """
 
     def __init__(
@@ -101,11 +137,20 @@ class ProxyApp:
         allow_anonymous: bool = False,
         max_body: int = DEFAULT_MAX_BODY,
         timeout: float = 10.0,
+        paths: Iterable[str] = (),
     ) -> None:
         if principal_header and principal_from_bearer:
             raise ValueError("take the principal from a header or from the bearer, not both")
         self.upstream = Upstream(upstream, connect_timeout=timeout)
         self.origin = self.upstream.origin
+        served = [self.upstream.path, *paths]
+        for path in served:
+            if _ORIGIN_FORM.fullmatch(path.encode("ascii", "replace")) is None or "?" in path:
+                raise ValueError(
+                    f"a path to serve must be /path (RFC 3986 characters), got {path!r}"
+                )
+        #: the request paths forwarded (exactly, as sent: no decoding, no trailing-slash play)
+        self.paths = frozenset(path.encode("ascii") for path in served)
         self.guard = guard
         header = principal_header.lower().encode("latin-1") if principal_header else None
         self.principal_header = header
@@ -124,7 +169,8 @@ class ProxyApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                monitor = asyncio.ensure_future(self._watch_keyset())
+                if self.guard.keyset is not None:
+                    monitor = asyncio.ensure_future(self._watch_keyset())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if monitor is not None:
@@ -137,6 +183,7 @@ class ProxyApp:
         """Look at the keyset file every second even when no state passes, so that a file that
         cannot be used is logged (and counted) while it lasts, not only when traffic comes."""
         keyset = self.guard.keyset
+        assert keyset is not None
         while True:
             await asyncio.sleep(KEYSET_CHECK_SECONDS)
             # in a thread: a change that needs the KEK must not stall the event loop (a request
@@ -145,6 +192,9 @@ class ProxyApp:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
+        closing = getattr(self.guard.store, "aclose", None)
+        if closing is not None:
+            await closing()
 
     # --- one request -----------------------------------------------------------------------
 
@@ -184,6 +234,15 @@ class ProxyApp:
             if not state.started:
                 await _respond(send, 500, _error(-32603, "internal proxy error"), [])
 
+    def framing_refused(self, refusal: FramingRefusal) -> None:
+        """A request the framer refused before the HTTP parser read it: logged and counted
+        like the app's own refusals (the framer answered it and closed the connection)."""
+        if self.guard.metrics is not None:
+            self.guard.metrics.refused_request(refusal.status, refusal.kind)
+        self.guard.note(
+            event="refused", status=refusal.status, kind=refusal.kind, reason=refusal.reason
+        )
+
     def _refused(self, scope: Scope, refusal: Refusal, started: float) -> None:
         if self.guard.metrics is not None:
             self.guard.metrics.refused_request(refusal.status, refusal.kind)
@@ -203,7 +262,11 @@ class ProxyApp:
         method = scope["method"]
         if method not in METHODS:  # exactly, case-sensitive: "post" is not POST
             raise Refusal(405, INVALID_REQUEST, f"method not allowed ({str(method)[:16]!r})")
-        target = _target(scope)
+        target, path = _target(scope)
+        if path not in self.paths:
+            raise Refusal(404, INVALID_REQUEST, "no MCP endpoint at this path", "not_found")
+        # bound to the whole target: an upstream may route on the query as well as the path
+        audience = self.guard.audience_for(target.decode("ascii"))
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         principal = self._principal(headers)
         forwarded = _forwarded(headers)
@@ -212,7 +275,12 @@ class ProxyApp:
             started = time.perf_counter()
             parsed = parse_body(body)
             check_routing_headers(headers, parsed)
-            exchange = Exchange(self.guard, parsed, principal)
+            openings = None
+            if self.guard.store is not None:  # handles: their records taken before anything else
+                waited = time.perf_counter()
+                openings = await self.guard.take(parsed, principal, audience)
+                started += time.perf_counter() - waited  # the store's time is not the proxy's work
+            exchange = Exchange(self.guard, parsed, principal, audience, openings)
             plan = _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
             plan.work = time.perf_counter() - started
             return plan
@@ -222,7 +290,9 @@ class ProxyApp:
             )
         # A GET stream (resumed with Last-Event-ID) may replay responses to earlier POSTs: their
         # requests are not at hand, so a state there cannot be bound and is withheld.
-        return _Plan(method, target, forwarded, Exchange(self.guard, None, principal), b"")
+        return _Plan(
+            method, target, forwarded, Exchange(self.guard, None, principal, audience), b""
+        )
 
     async def _forward(self, plan: _Plan, state: _Progress) -> None:
         assert plan.forward is not None
@@ -244,6 +314,25 @@ class ProxyApp:
         name = self.principal_header
         if name is None and not self.principal_from_bearer:
             return None
+        read = name or b"authorization"
+        for other, value in headers:
+            # a server behind a CGI-style gateway reads X_Forwarded_User as X-Forwarded-User,
+            # and a header the Connection header lists is removed before the upstream sees it:
+            # either way the upstream would not see the principal the proxy bound the state to
+            if other != read and other.replace(b"_", b"-") == read:
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    f"a header is spelled {other!r} beside {read!r}",
+                    "principal_spelled_twice",
+                )
+            if other == b"connection" and read in _options([value]):
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    "the Connection header lists the principal's header",
+                    "principal_hop_by_hop",
+                )
         values = [v for k, v in headers if k == (name or b"authorization")]
         if len(values) > 1:
             what = name.decode("latin-1") if name else "authorization"
@@ -280,15 +369,23 @@ class ProxyApp:
         encodings = [e for e in response.values(b"content-encoding") if e.lower() != b"identity"]
         if encodings:
             raise UpstreamError("the upstream compressed its answer; the proxy cannot inspect it")
-        kind = _content_type(response)
+        kind = _media_type(response)
         headers = _returned(response)
         if kind == _EVENTS:
             await self._relay_events(response, plan, headers, state)
             return
         content = await response.read(MAX_ANSWER)
+        if content and kind != _JSON:
+            shown = "no Content-Type" if kind is None else f"Content-Type {kind.decode('latin-1')}"
+            raise UpstreamError(
+                f"the upstream answered with a body of {shown}; the proxy relays only JSON "
+                "and event streams it has read"
+            )
         started = time.perf_counter()
-        answer = _rewrite_answer(exchange, content, kind)
+        answer = _rewrite_answer(exchange, content)
         plan.work += time.perf_counter() - started
+        if exchange.pending and not await exchange.commit():
+            answer = _rewrite_answer(exchange, content)  # the store failed: states withheld
         headers.append((b"content-length", str(len(answer)).encode("ascii")))
         status = response.status
         if exchange.refusals and not content:  # only notifications went up: 202, no body
@@ -315,9 +412,14 @@ class ProxyApp:
             started = clock()
             out = events.feed(chunk)
             plan.work += clock() - started
+            if exchange.pending and not await exchange.commit():
+                out = b""  # it carried handles the store did not file: its requests get errors
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        await state.finish(events.close() + _as_events(exchange.missing_answers()))
+        last = events.close()
+        if exchange.pending and not await exchange.commit():
+            last = b""
+        await state.finish(last + _as_events(exchange.missing_answers()))
 
 
 class _Progress:
@@ -409,8 +511,8 @@ class _Watch:
             self.watcher.cancel()
 
 
-def _target(scope: Scope) -> bytes:
-    """The request target as received, if it is origin-form; else the refusal."""
+def _target(scope: Scope) -> tuple[bytes, bytes]:
+    """The request target as received and its path, if it is origin-form; else the refusal."""
     target = scope.get("extensions", {}).get(TARGET_EXTENSION)
     if target is None:  # h11 keeps the whole target before "?" in raw_path
         raw = scope.get("raw_path") or b""
@@ -423,11 +525,25 @@ def _target(scope: Scope) -> bytes:
             "the request target must be origin-form: /path or /path?query",
             "bad_target",
         )
-    return bytes(target)
+    target = bytes(target)
+    return target, target.partition(b"?")[0]
 
 
 def _forwarded(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request headers the upstream gets: end-to-end ones only, framing set by the proxy."""
+    """The request headers the upstream gets: end-to-end ones only, framing set by the proxy.
+    A header the upstream takes one value of (the session, the protocol version, the
+    credential) given twice is refused: one reader takes the first, another the last."""
+    single: set[bytes] = set()
+    for name, _ in headers:
+        if name in _ONCE:
+            if name in single:
+                raise Refusal(
+                    400,
+                    INVALID_REQUEST,
+                    f"the {name.decode()} header appears twice",
+                    "header_twice",
+                )
+            single.add(name)
     out = [(name, value) for name, value in headers if name not in _NOT_FORWARDED]
     if any(name == b"connection" for name, _ in headers):
         listed = _options(v for n, v in headers if n == b"connection")
@@ -458,27 +574,38 @@ def _options(values: Iterable[bytes]) -> set[bytes]:
     return {option.strip().lower() for value in values for option in value.split(b",")}
 
 
-def _content_type(response: UpstreamResponse) -> bytes:
-    values = response.values(b"content-type")
-    return values[0].split(b";")[0].strip().lower() if len(values) == 1 else b""
+def _media_type(response: UpstreamResponse) -> bytes | None:
+    """The media type of the upstream's answer (lower case, no parameters), or None for none.
 
-
-def _rewrite_answer(exchange: Exchange, content: bytes, kind: bytes) -> bytes:
-    """The upstream's answer with states sealed and the proxy's refusals merged in.
-
-    A JSON answer must be strict JSON. An answer of another type is looked into as well: if any
-    JSON reader would take it for JSON, it must be strict and is rewritten like a JSON answer;
-    bytes no JSON reader accepts are passed on as they are (no client reads a state from them).
+    A Content-Type the proxy could read one way and a client another is an
+    :class:`UpstreamError`: sent twice, listing two types, malformed, or naming a charset other
+    than UTF-8 (which JSON and event streams always are).
     """
+    values = response.values(b"content-type")
+    if not values:
+        return None
+    if len(values) > 1:
+        raise UpstreamError(f"the upstream sent Content-Type {len(values)} times")
+    match = _CONTENT_TYPE.fullmatch(values[0])
+    if match is None:
+        raise UpstreamError("the upstream sent a malformed or list-valued Content-Type")
+    for parameter in _PARAMETER.finditer(match.group(2)):
+        name, value = parameter.group(1).lower(), parameter.group(2).strip(b'"').lower()
+        if name == b"charset" and value not in (b"utf-8", b"utf8"):
+            raise UpstreamError("the upstream's answer is not UTF-8")
+    return match.group(1).lower()
+
+
+def _rewrite_answer(exchange: Exchange, content: bytes) -> bytes:
+    """The upstream's JSON answer (or empty body) with states sealed and the proxy's refusals
+    merged in; an answer that is not strict JSON is an :class:`UpstreamError`."""
     text = content.strip(b" \t\r\n")
     message: Any = None
     if text:
         try:
             message = json_loads(text, max_depth=MAX_BODY_DEPTH)
         except EncodingError as err:
-            if kind == _JSON or _lenient_json(text):
-                raise UpstreamError(f"the upstream's answer is not strict JSON ({err})") from None
-            return content
+            raise UpstreamError(f"the upstream's answer is not strict JSON ({err})") from None
     rewritten = exchange.rewrite(message) if text else None
     if exchange.refusals:
         items = rewritten if type(rewritten) is list else [] if rewritten is None else [rewritten]
@@ -486,14 +613,6 @@ def _rewrite_answer(exchange: Exchange, content: bytes, kind: bytes) -> bytes:
     if rewritten is message:
         return content
     return encode_wire(rewritten)
-
-
-def _lenient_json(text: bytes) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _as_events(messages: list[dict[str, Any]]) -> bytes:

@@ -9,10 +9,12 @@ a key id of the keyset), never a principal, a token or a request's text.
     mrtr_state_proxy_work_seconds          the proxy's own work per request (parse, rewrite,
                                            seal, open)
     mrtr_state_proxy_upstream_seconds      from sending a request upstream to its response head
+    mrtr_state_proxy_state_store_failures_total   store operations that failed (--state-store)
     mrtr_state_keyset_reload_failures_total    failed re-reads of the keyset file
     mrtr_state_keyset_reload_error             1 while the file cannot be used (the last good
                                                keyset stays in force), else 0
-    mrtr_state_keyset_keys{kid, alg, status}   1 for each key of the keyset in force
+    mrtr_state_keyset_keys{kid, alg, status}   1 for each key of the keyset in force (the
+                                               three keyset metrics: with a keyset only)
 
 Needs ``prometheus_client`` (the ``proxy`` extra); nothing else in mrtr-state imports this module.
 """
@@ -68,7 +70,7 @@ class _KeysetCollector(Collector):
 class ProxyMetrics:
     """Counters and histograms one proxy updates as it works, and their registry."""
 
-    def __init__(self, keyset: Keyset) -> None:
+    def __init__(self, keyset: Keyset | None) -> None:
         self.registry = CollectorRegistry()
         self._states = Counter(
             "mrtr_state_proxy_states",
@@ -94,13 +96,23 @@ class ProxyMetrics:
             buckets=_UPSTREAM_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_KeysetCollector(keyset))
+        self._store_failures = Counter(
+            "mrtr_state_proxy_state_store_failures",
+            "Operations on the state store that failed (each failed its round closed)",
+            registry=self.registry,
+        )
+        if keyset is not None:  # a proxy giving out handles needs no keyset
+            self.registry.register(_KeysetCollector(keyset))
         self.observe_work = self._work.observe
         self.observe_upstream = self._upstream.observe
 
     def state(self, event: str, format: str, reason: str) -> None:
         """One state sealed (``sealed``), opened (``opened``) or ``refused``."""
         self._states.labels(event, format, reason).inc()
+
+    def store_failed(self) -> None:
+        """An operation on the state store failed (the round it served failed closed)."""
+        self._store_failures.inc()
 
     def refused_request(self, status: int, reason: str) -> None:
         self._requests.labels(str(status), reason).inc()

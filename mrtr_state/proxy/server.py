@@ -1,11 +1,17 @@
 """Serving the proxy with uvicorn, under either of its HTTP/1.1 parsers.
 
 ``httptools`` (llhttp, the parser of Node.js: the faster, and the default) or ``h11`` (pure
-Python). The app refuses on its own whatever it does not handle, whichever parser
-ran, and the tests attack it under both. One thing the app cannot see by itself: uvicorn's
-httptools protocol keeps only the path of an absolute-form target (``POST http://other/x``), so
-the protocol below hands the app the request target exactly as received, and the app refuses
-every target that is not origin-form.
+Python). Neither is trusted with framing: the protocols below put
+:class:`~mrtr_state.proxy.framing.RequestFramer` between the socket and the parser, so the parser
+only ever reads requests whose framing has one reading, and a refused request is answered (after
+the answers owed to the requests before it) and its connection closed. The app refuses on its
+own whatever it does not handle, whichever parser ran, and the tests attack it under both.
+
+Two things the app cannot see by itself, handed to it here: uvicorn's httptools protocol keeps
+only the path of an absolute-form target (``POST http://other/x``), so the request target is
+recorded exactly as received, and the app refuses every target that is not origin-form; and
+that protocol adds fields read after the head to the list the scope's headers are, so the scope
+gets its own copy of the header section, taken when the head ends.
 """
 
 from __future__ import annotations
@@ -17,39 +23,160 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from http import HTTPStatus
+from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["TARGET_EXTENSION", "bind", "json_lines", "probe_once", "protocol_class", "serve"]
+from .framing import MAX_HEAD, FramingRefusal, RequestFramer
+
+__all__ = ["TARGET_EXTENSION", "bind", "hold_sigterm", "probe_once", "protocol_class", "serve"]
 
 #: The ASGI scope extension holding the request target as received (bytes).
 TARGET_EXTENSION = "mrtr_state.request_target"
 PARSERS = ("httptools", "h11")
+#: Told of each request the framer refused (the app logs and counts it).
+OnRefused = Callable[[FramingRefusal], None]
+#: How long a new connection may take to send its first request head, in seconds.
+HEAD_TIMEOUT = 10.0
+
+
+class _Framed:
+    """What the proxy adds to a uvicorn HTTP protocol: the strict framer in front of its parser.
+
+    Mixed in before the protocol class, so ``super()`` is uvicorn's. A refused request is
+    answered only once every request before it has its answer (the parser may still be
+    serving them, pipelined), then the connection is closed; what follows it is never read.
+    """
+
+    max_body: int = 0
+    head_timeout: float = HEAD_TIMEOUT
+    on_refused: OnRefused | None = None
+    # provided by the uvicorn protocol this is mixed into
+    transport: Any
+    cycle: Any
+
+    def connection_made(self, transport: Any) -> None:
+        self._framer = RequestFramer(self.max_body)
+        self._answered = 0
+        # a new connection has HEAD_TIMEOUT seconds to send its first head (uvicorn times only
+        # the idle time after an answer, which the keep-alive timer covers)
+        self._head_timer: Any = asyncio.get_running_loop().call_later(
+            self.head_timeout, self._head_timed_out
+        )
+        super().connection_made(transport)  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def data_received(self, data: bytes) -> None:
+        framer = self._framer
+        if framer.closed:
+            return
+        passed = framer.feed(data)
+        if passed:  # uvicorn's own call stops the keep-alive timer: only for a request's bytes,
+            # so that empty lines sent now and then cannot hold a connection open for ever
+            self._head_timer.cancel()
+            super().data_received(passed)  # type: ignore[misc]
+        if framer.refusal is not None:
+            self._head_timer.cancel()
+            if self.on_refused is not None:
+                self.on_refused(framer.refusal)
+            self._answer_refusal()
+
+    def _head_timed_out(self) -> None:
+        """No request began in time on a new connection: answer 408 and close it."""
+        if self._framer.begun or self.transport.is_closing():
+            return
+        refusal = FramingRefusal(408, "head_timeout", "no request came in time")
+        self._framer.refuse(refusal)
+        if self.on_refused is not None:
+            self.on_refused(refusal)
+        self._answer_refusal()
+
+    def on_response_complete(self) -> None:
+        self._answered += 1
+        super().on_response_complete()  # type: ignore[misc]
+        if self._framer.refusal is not None:
+            self._answer_refusal()
+
+    def _answer_refusal(self) -> None:
+        transport = self.transport
+        framer = self._framer
+        refusal = framer.refusal
+        if refusal is None or transport.is_closing() or self._answered < framer.complete:
+            return  # closed already, or answers are still owed to the requests before it
+        answered_it = self._answered > framer.complete  # the app answered it before its end
+        cycle = self.cycle
+        if (
+            framer.partial
+            and not answered_it
+            and cycle is not None
+            and cycle.response_started
+            and not cycle.response_complete
+        ):
+            return  # its answer is being written: wait for its end, then close
+        if not answered_it:
+            transport.write(_refusal_response(refusal))
+        transport.close()
+
+
+def _refusal_response(refusal: FramingRefusal) -> bytes:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": refusal.reason}},
+        separators=(",", ":"),
+    ).encode()
+    status = HTTPStatus(refusal.status)
+    extra = b"allow: POST, GET, DELETE\r\n" if refusal.status == 405 else b""
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n%s\r\n%s"
+        % (refusal.status, status.phrase.encode("ascii"), len(body), extra, body)
+    )
 
 
 def _httptools_protocol() -> type[Any]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class TargetKeepingHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol, recording the raw request target in the scope."""
+    class FramedHttpToolsProtocol(_Framed, HttpToolsProtocol):
+        """uvicorn's httptools protocol behind the framer, recording the raw request target
+        and a copy of the header section in the scope."""
 
         def on_headers_complete(self) -> None:
             # the scope dict is the one the request cycle will carry
             self.scope["extensions"] = {TARGET_EXTENSION: bytes(self.url)}  # type: ignore[dict-item]
+            self.scope["headers"] = list(self.headers)
             super().on_headers_complete()
 
-    return TargetKeepingHttpToolsProtocol
+    return FramedHttpToolsProtocol
 
 
-def protocol_class(parser: str) -> type[Any]:
-    """The uvicorn HTTP protocol class for ``parser``."""
+class _FramedH11Protocol(_Framed, H11Protocol):
+    """uvicorn's h11 protocol behind the framer."""
+
+
+def protocol_class(
+    parser: str,
+    *,
+    max_body: int = 4 << 20,
+    on_refused: OnRefused | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
+) -> type[Any]:
+    """The uvicorn HTTP protocol class for ``parser``, behind the strict framer: bodies over
+    ``max_body`` are refused (413) before they are read, a new connection that sends no
+    request head within ``head_timeout`` seconds is answered 408 and closed; ``on_refused``
+    hears of each refusal."""
     if parser not in PARSERS:
         raise ValueError(f"unknown HTTP parser {parser!r}; known: {', '.join(PARSERS)}")
-    if parser == "h11":
-        return H11Protocol
-    return _httptools_protocol()
+    base = _FramedH11Protocol if parser == "h11" else _httptools_protocol()
+    settings = {
+        "max_body": max_body,
+        "on_refused": staticmethod(on_refused) if on_refused else None,
+        "head_timeout": head_timeout,
+    }
+    return type(base.__name__, (base,), settings)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -77,16 +204,6 @@ def probe_once(upstream: Any) -> str | None:
     return found
 
 
-def json_lines(stream: TextIO) -> Callable[[dict[str, Any]], None]:
-    """A log sink writing one JSON object per line to ``stream``."""
-
-    def write(line: dict[str, Any]) -> None:
-        stream.write(json.dumps(line, separators=(",", ":")) + "\n")
-        stream.flush()
-
-    return write
-
-
 class _JsonLogHandler(logging.Handler):
     """uvicorn's own messages (a request its parser refused, a failed start) as JSON lines."""
 
@@ -97,10 +214,21 @@ class _JsonLogHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         event = "refused" if "Invalid HTTP request" in record.getMessage() else "server"
         if event == "refused":
-            facts = {"status": 400, "reason": "the HTTP parser refused the request"}
+            facts: dict[str, Any] = {"status": 400, "reason": "the HTTP parser refused the request"}
         else:
-            facts = {"level": record.levelname.lower(), "reason": record.getMessage()}
+            level = "error" if record.levelno >= logging.ERROR else "warning"
+            facts = {"level": level, "reason": record.getMessage()}
         self._sink({"event": event, **facts, "source": record.name})
+
+
+#: Whether a SIGTERM came while the proxy was starting (see :func:`hold_sigterm`).
+_stop_asked = [False]
+
+
+def hold_sigterm() -> None:
+    """From now on, a SIGTERM asks the proxy to stop once it serves, rather than killing it
+    half-started: an orchestrator stopping a pod during start-up still sees exit 0."""
+    signal.signal(signal.SIGTERM, lambda number, frame: _stop_asked.__setitem__(0, True))
 
 
 def serve(
@@ -112,11 +240,12 @@ def serve(
     drain: int = 10,
     admin: Any = None,
     admin_sock: socket.socket | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> None:
-    """Serve ``app`` on ``sock`` (and ``admin`` on ``admin_sock``) until SIGINT or SIGTERM,
-    then stop accepting and give requests in flight (streams included) ``drain`` seconds to
-    finish before closing them; the admin listener answers until the proxy is done (its
-    ``/readyz`` says "shutting down" meanwhile)."""
+    """Serve ``app`` (a :class:`~mrtr_state.proxy.app.ProxyApp`) on ``sock`` (and ``admin``
+    on ``admin_sock``) until SIGINT or SIGTERM, then stop accepting and give requests in flight
+    (streams included) ``drain`` seconds to finish before closing them; the admin listener
+    answers until the proxy is done (its ``/readyz`` says "shutting down" meanwhile)."""
     handler: logging.Handler
     if log is not None:
         handler = _JsonLogHandler(log)
@@ -136,8 +265,13 @@ def serve(
         "date_header": False,
         "proxy_headers": False,
     }
+    # h11 refuses a head past its own limit; let it be the framer's, so both parsers agree
+    common["h11_max_incomplete_event_size"] = MAX_HEAD + 1
+    protocol = protocol_class(
+        parser, max_body=app.max_body, on_refused=app.framing_refused, head_timeout=head_timeout
+    )
     config = uvicorn.Config(
-        app, http=protocol_class(parser), lifespan="on", timeout_graceful_shutdown=drain, **common
+        app, http=protocol, lifespan="on", timeout_graceful_shutdown=drain, **common
     )
     main = uvicorn.Server(config)
 
@@ -146,8 +280,9 @@ def serve(
         admin_server: Any = None
         if admin is not None and admin_sock is not None:
             admin.draining = lambda: main.should_exit
+            # the admin listener serves GETs: no body at all
             admin_config = uvicorn.Config(
-                admin, http=protocol_class(parser), lifespan="off", **common
+                admin, http=protocol_class(parser, max_body=0), lifespan="off", **common
             )
             admin_server = _QuietServer(admin_config)
             side = asyncio.ensure_future(admin_server.serve(sockets=[admin_sock]))
@@ -159,8 +294,11 @@ def serve(
                 await side
 
     # uvicorn stops on SIGTERM, then raises the signal again for the handler it found: let that
-    # handler be a no-op, so that a drained proxy exits 0 (an orchestrator's normal stop).
-    signal.signal(signal.SIGTERM, lambda number, frame: None)
+    # handler ask for the stop itself (not kill the process), so that a drained proxy exits 0
+    # (an orchestrator's normal stop), and a SIGTERM that comes before uvicorn's own handler is
+    # in place is not lost: the server then stops as soon as it has started.
+    main.should_exit = _stop_asked[0]
+    signal.signal(signal.SIGTERM, lambda number, frame: setattr(main, "should_exit", True))
     loop_factory = config.get_loop_factory()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(run())

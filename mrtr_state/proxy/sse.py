@@ -8,8 +8,9 @@ proportion to its length, however it is cut into chunks.
 Every event with ``data`` must hold strict JSON (a JSON-RPC message or batch): it is handed to
 the rewrite callback, and goes out byte for byte when the callback returns it unchanged, rebuilt
 (its other fields in order, one ``data`` line) when it does not. An event the proxy cannot
-inspect (data that is not strict JSON, or an event over ``max_event`` bytes) is dropped whole
-and reported to ``dropped``: a client never sees what the proxy did not read.
+inspect (a field name the standard does not define, a NUL, bytes that are not UTF-8, data that
+is not strict JSON, or an event over ``max_event`` bytes) is dropped whole and reported to
+``dropped``: a client never sees what the proxy did not read.
 """
 
 from __future__ import annotations
@@ -159,6 +160,11 @@ class EventStream:
         raw, lines = bytes(self._raw), self._lines
         self._raw.clear()
         self._lines = []
+        unread = _unread(raw, lines)
+        if unread is not None:
+            self._passed_raw = False
+            self._dropped(unread)
+            return b""
         data = [_value(line) for line in lines if _field(line) == b"data"]
         self._passed_raw = True
         if not data:
@@ -170,12 +176,50 @@ class EventStream:
             self._dropped(f"an event whose data is not strict JSON ({err})")
             return b""
         rewritten = self._rewrite(message)
-        if rewritten is message:
+        if rewritten is message and _BREAKS.search(b"".join(data)) is None:
             return raw
+        # rewritten, or holding in a string a character some clients split lines at (U+2028):
+        # written back as ASCII JSON, which holds none
         self._passed_raw = False
         kept = [line for line in lines if _field(line) != b"data"]
         encoded = encode_wire(rewritten)
         return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"  # ends with a blank line
+
+
+#: The field names the standard reads (b"" is a comment); a client ignores any other, or
+#: (a lenient one) reads ``data :`` as data: the proxy passes on neither reading.
+_FIELDS = frozenset({b"", b"data", b"event", b"id", b"retry"})
+
+
+#: Characters a line splitter may break a line at besides CR and LF (Python's str.splitlines,
+#: used by some SSE clients: VT, FF, FS, GS, RS, U+0085, U+2028, U+2029), and the other
+#: control characters: a comment or ``id`` holding one may hide a ``data:`` line from the proxy.
+_BREAKS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2\x85|\xe2\x80[\xa8\xa9]")
+
+
+def _unread(raw: bytes, lines: list[bytes]) -> str | None:
+    """Why the proxy cannot be sure it reads an event as every client does, or None.
+
+    A field name the standard does not define (``data :``, `` data``, ``Data``) is ignored by a
+    browser and may be data to another reader; a comment or ``id`` holding a control character or
+    a Unicode line separator may be split into a ``data:`` line by a client that splits lines as
+    Python's ``str.splitlines`` does; a NUL makes a browser drop an ``id``; bytes that are not
+    UTF-8 are decoded with replacements. Such an event is dropped whole. (Data holding a line
+    separator inside a JSON string is written back as ASCII JSON instead.)
+    """
+    for line in lines:
+        name = _field(line)
+        if name not in _FIELDS:
+            return f"an event with a field the proxy does not read ({name[:32]!r})"
+        if name != b"data" and _BREAKS.search(line) is not None:
+            return "an event with a control character or line separator outside its data"
+    if b"\x00" in raw:
+        return "an event holding a NUL byte"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "an event that is not UTF-8"
+    return None
 
 
 def _field(line: bytes) -> bytes:

@@ -61,6 +61,7 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self.trailing = False  # bytes arrived after the response: never reuse the connection
         self._eof_ends_body = False
+        self._in_head = False
         self._informational = False
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -103,16 +104,25 @@ class _Connection(asyncio.Protocol):
     # --- llhttp callbacks ----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same read: never read, never relayed
+            self.trailing = True
+            return
         self.headers = []
         self.read = {}
+        self._in_head = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            return  # a trailer field, or a field of a response after the one asked for
         name, value = name.lower(), value.strip(b" \t")
         self.headers.append((name, value))
         if name in _READ:
             self.read.setdefault(name, []).append(value)
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
+        self._in_head = False
         status = self.parser.get_status_code()
         if 100 <= status < 200 and status != 101:
             self._informational = True  # 103 Early Hints and the like: wait for the response
@@ -130,7 +140,7 @@ class _Connection(asyncio.Protocol):
             self._headers_ready.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        if self._informational or self._error is not None:
+        if self._informational or self._error is not None or self.complete:
             return
         self._chunks.append(body)
         self._buffered += len(body)
@@ -206,6 +216,8 @@ def _framing_problem(status: int, read: dict[bytes, list[bytes]]) -> str | None:
     """Why a response's framing is ambiguous or unsupported (RFC 9112 section 6), or None."""
     if status == 101:
         return "the upstream switched protocols unasked"
+    if not 200 <= status <= 599:
+        return f"the upstream answered with status {status}, outside 200-599"
     lengths = read.get(b"content-length")
     codings = read.get(b"transfer-encoding")
     if lengths and codings:
@@ -272,6 +284,8 @@ class Upstream:
             raise ValueError(f"--upstream must be an http(s) URL, got {url!r}")
         if parts.username is not None or parts.password is not None:
             raise ValueError("--upstream must not carry a user name or password")
+        if parts.query or parts.fragment or url.endswith(("?", "#")):
+            raise ValueError(f"--upstream must not carry a query or fragment, got {url!r}")
         try:
             port = parts.port
         except ValueError:
@@ -283,6 +297,10 @@ class Upstream:
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = shown if default else f"{shown}:{self.port}"
         self.origin = f"{self.scheme}://{self.authority}"
+        #: the endpoint's path: the one path the proxy serves unless told of more
+        self.path = parts.path or "/"
+        #: the whole upstream URL, as start-up says it
+        self.url = self.origin + self.path
         self._host_header = self.authority.encode("idna" if not self.host.isascii() else "ascii")
         self._ssl: ssl.SSLContext | None = (
             ssl.create_default_context() if parts.scheme == "https" else None
@@ -320,6 +338,7 @@ class Upstream:
             transport = connection.transport
             if (
                 not connection.lost
+                and not connection.trailing  # bytes came while it sat idle: never reused
                 and transport is not None
                 and not transport.is_closing()
                 and now - connection.idle_since < _IDLE_SECONDS

@@ -1,0 +1,284 @@
+"""The stores of state-handle records, against real servers: one Redis, a 3-master Cluster and a
+Sentinel-watched primary started by the tests; memory for one process. Each operation is one
+command, and every failure of the store (down, read-only, evicting, a clock beyond the bound)
+fails closed with :class:`StateStoreError`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mrtr_state import handles
+from mrtr_state.binding import binding_of
+from mrtr_state.handle_store import (
+    MemoryHandleStore,
+    StateStoreError,
+    open_handle_store,
+)
+
+from .helpers import private_redis
+from .redis_topologies import cluster, sentinel_watched
+
+BOUND = binding_of(principal="alice", audience="/mcp", method="tools/call", target="deploy")
+OTHER = binding_of(principal="bob", audience="/mcp", method="tools/call", target="deploy")
+
+
+def filed(store: Any, state: str = "s", ttl: float = 300) -> bytes:
+    """A record filed in ``store``; its handle id."""
+    _, ident = handles.new_handle()
+    now = time.time()
+    value = handles.encode_record(ident, state, BOUND, now=now, ttl=ttl)
+    store.put(handles.record_key(ident), value, now + ttl + 1)
+    return ident
+
+
+def take(store: Any, ident: bytes, binding: Any = BOUND) -> Any:
+    return store.take(handles.record_key(ident), handles.lock_of(ident, binding))
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "memory":
+        yield MemoryHandleStore()
+        return
+    with private_redis() as (_, url):
+        opened = open_handle_store(url)
+        yield opened
+        opened.close()
+
+
+def test_a_record_is_handed_over_once_to_its_lock(store: Any) -> None:
+    ident = filed(store, "the state")
+    assert store.peek(handles.record_key(ident)) is not None  # inspect reads without taking
+    refused = take(store, ident, OTHER)
+    assert refused is not None and not refused.handed  # another's lock: read, left in place
+    taken = take(store, ident)
+    assert taken.handed and handles.decode_record(taken.value).state == "the state"
+    assert take(store, ident) is None  # used
+    assert store.peek(handles.record_key(ident)) is None
+
+
+def test_an_unknown_handle_finds_nothing(store: Any) -> None:
+    _, ident = handles.new_handle()
+    assert take(store, ident) is None
+
+
+def test_a_record_is_gone_after_the_time_it_was_filed_until(store: Any) -> None:
+    _, ident = handles.new_handle()
+    now = time.time()
+    value = handles.encode_record(ident, "s", BOUND, now=now, ttl=0.2)
+    store.put(handles.record_key(ident), value, now + 0.3)
+    time.sleep(0.5)
+    assert take(store, ident) is None
+
+
+def test_a_large_state_round_trips(store: Any) -> None:
+    ident = filed(store, "x" * (256 << 10))
+    assert len(handles.decode_record(take(store, ident).value).state) == 256 << 10
+
+
+def test_an_unreachable_server_fails_closed() -> None:
+    with private_redis() as (server, url):
+        store = open_handle_store(url)
+        ident = filed(store)
+        server.kill()
+        server.wait(10)
+        with pytest.raises(StateStoreError, match="cannot take a record"):
+            take(store, ident)
+        with pytest.raises(StateStoreError):
+            filed(store)
+        assert store.probe() is not None
+
+
+def test_a_server_that_may_evict_records_is_refused_before_a_handle_is_given() -> None:
+    with private_redis() as (_, url):
+        import redis
+
+        admin = redis.Redis.from_url(url)
+        admin.config_set("maxmemory", "100mb")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        store = open_handle_store(url)
+        with pytest.raises(StateStoreError, match="may evict records"):
+            filed(store)
+        assert "may evict" in (store.probe() or "")
+        admin.config_set("maxmemory-policy", "noeviction")
+        store._checked_at = -1e9  # the next minute's look, now
+        filed(store)
+
+
+def test_a_read_only_replica_is_refused() -> None:
+    with private_redis() as (_, primary_url), private_redis() as (_, replica_url):
+        import redis
+
+        port = int(primary_url.split(":")[2].split("/")[0])
+        redis.Redis.from_url(replica_url).replicaof("127.0.0.1", port)
+        store = open_handle_store(replica_url)
+        with pytest.raises(StateStoreError, match=r"READONLY|read only"):
+            filed(store)
+
+
+def test_the_asyncio_store_does_the_same_in_one_command_each() -> None:
+    async def run(url: str) -> None:
+        store = open_handle_store(url, asyncio=True)
+        _, ident = handles.new_handle()
+        now = time.time()
+        key = handles.record_key(ident)
+        await store.put(key, handles.encode_record(ident, "s", BOUND, now=now, ttl=60), now + 61)
+        other = await store.take(key, handles.lock_of(ident, OTHER))
+        assert other is not None and not other.handed
+        taken = await store.take(key, handles.lock_of(ident, BOUND))
+        assert taken is not None and taken.handed
+        assert await store.take(key, handles.lock_of(ident, BOUND)) is None
+        assert await store.probe() is None
+        await store.aclose()
+
+    with private_redis() as (_, url):
+        asyncio.run(run(url))
+
+
+def test_a_cluster_spreads_records_over_its_masters_and_takes_each_once() -> None:
+    with cluster() as (nodes, url):
+        store = open_handle_store(url)
+        assert store.probe() is None
+        idents = [filed(store, f"s{n}") for n in range(200)]
+        counts = [int(node.cli("dbsize")) for node in nodes]
+        assert sum(counts) == 200 and all(counts)  # every master holds some
+        assert all(take(store, ident).handed for ident in idents)
+        assert all(take(store, ident) is None for ident in idents)
+
+
+def test_sentinel_finds_the_primary_and_a_failover_fails_closed_then_recovers() -> None:
+    with sentinel_watched() as (primary, replica, _, url):
+        store = open_handle_store(url)
+        ident = filed(store, "before")
+        deadline = time.monotonic() + 10
+        while replica.cli("get", handles.record_key(ident)) == "":  # replicated
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        primary.kill()
+        failures = 0
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                taken = take(store, ident)
+                break
+            except StateStoreError:  # the primary is gone: refused, never accepted
+                failures += 1
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        assert failures and taken is not None and taken.handed  # on the promoted replica
+        filed(store, "after")
+
+
+# --- the proxy's own client (mrtr_state._resp), on the same real topologies ------------------
+
+
+def run_async(store_url: str, scenario: Any) -> Any:
+    async def main() -> Any:
+        store = open_handle_store(store_url, asyncio=True)
+        try:
+            return await scenario(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+async def afiled(store: Any, state: str = "s") -> bytes:
+    _, ident = handles.new_handle()
+    now = time.time()
+    value = handles.encode_record(ident, state, BOUND, now=now, ttl=300)
+    await store.put(handles.record_key(ident), value, now + 301)
+    return ident
+
+
+async def atake(store: Any, ident: bytes, binding: Any = BOUND) -> Any:
+    return await store.take(handles.record_key(ident), handles.lock_of(ident, binding))
+
+
+def test_the_slot_of_a_key_is_redis_clusters() -> None:
+    from mrtr_state._resp import slot_of
+
+    # values Redis's CLUSTER KEYSLOT gives (and its {hash tag} rule)
+    assert slot_of(b"foo") == 12182 and slot_of(b"bar") == 5061
+    assert slot_of(b"{user1000}.following") == slot_of(b"user1000")
+    assert slot_of(b"foo{}{bar}") == slot_of(b"foo{}{bar}") and slot_of(b"") == 0
+
+
+def test_the_proxys_client_on_a_cluster_follows_a_moved_slot() -> None:
+    with cluster() as (nodes, url):
+        for node in nodes:  # the real slots, from the cluster itself
+            assert int(node.cli("cluster", "keyslot", "foo")) == 12182
+
+        async def scenario(store: Any) -> None:
+            idents = [await afiled(store, f"s{n}") for n in range(60)]
+            # the map goes stale (as after a resharding): every slot said to be on one node
+            router = store._router
+            slots = await router._map()
+            router._slots = [slots[0]] * 16384
+            taken = [await atake(store, ident) for ident in idents]
+            assert all(found is not None and found.handed for found in taken)
+            assert [await atake(store, ident) for ident in idents] == [None] * len(idents)
+
+        run_async(url, scenario)
+
+
+def test_the_proxys_client_follows_a_sentinel_failover() -> None:
+    with sentinel_watched() as (primary, replica, _, url):
+
+        async def scenario(store: Any) -> int:
+            ident = await afiled(store, "before")
+            deadline = time.monotonic() + 10
+            while replica.cli("get", handles.record_key(ident)) == "":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            primary.kill()
+            failures = 0
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    taken = await atake(store, ident)
+                    break
+                except StateStoreError:
+                    failures += 1
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.5)
+            assert taken is not None and taken.handed
+            await afiled(store, "after")
+            return failures
+
+        assert run_async(url, scenario) > 0  # refused while the failover ran, never accepted
+
+
+def test_the_proxys_client_fails_closed_and_reconnects() -> None:
+    with private_redis() as (server, url):
+
+        async def scenario(store: Any) -> None:
+            ident = await afiled(store)
+            assert await store.probe() is None
+            assert (await atake(store, ident, OTHER)).handed is False
+            server.kill()
+            server.wait(10)
+            with pytest.raises(StateStoreError):
+                await atake(store, ident)
+            with pytest.raises(StateStoreError):
+                await afiled(store)
+            assert "cannot be reached" in (await store.probe() or "")
+
+        run_async(url, scenario)
+
+
+def test_the_proxys_client_loads_its_script_where_it_is_missing() -> None:
+    with private_redis() as (_, url):
+        import redis
+
+        async def scenario(store: Any) -> None:
+            ident = await afiled(store)
+            redis.Redis.from_url(url).script_flush()  # as after a restart or a promotion
+            assert (await atake(store, ident)).handed
+
+        run_async(url, scenario)
