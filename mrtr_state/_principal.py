@@ -17,7 +17,7 @@ from ._entropy import random_bytes
 from ._primitives import Keyed, hmac_key
 
 if TYPE_CHECKING:
-    from .keyset import Key
+    from .keyview import Key
 
 __all__ = ["PREFIX", "principal_tag", "tag_matches"]
 

@@ -32,7 +32,7 @@ from .key_derivation import KidRule, mcp_py_kid, mcp_rs2_kid, named_by_secret
 if TYPE_CHECKING:
     from .envelopes import Envelope
     from .formats import Wire
-    from .keyset import Key, Keyset
+    from .keyview import Key, Keyset
 
 __all__ = [
     "FORMAT_NAMES",

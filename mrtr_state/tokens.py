@@ -33,7 +33,8 @@ from .policy import DEFAULT_FORMAT, DEFAULT_POLICY, Policy
 from .registry import Format, format_named, shape_of, token_text
 
 if TYPE_CHECKING:
-    from .keyset import Key, Keyset
+    from .keyset import Keyset
+    from .keyview import Key
     from .replay import ReplayStore
 
 __all__ = [

@@ -17,7 +17,7 @@ PACKAGE = Path(mrtr_state.__file__).resolve().parent
 #: Lowest first. A module may import from its own layer's other modules only where listed in
 #: SIDEWAYS, and from any layer below.
 LAYERS: list[set[str]] = [
-    {"errors", "policy", "_entropy", "_printable", "durations", "_redis"},
+    {"errors", "policy", "_entropy", "_printable", "durations", "_redis", "keyview"},
     {"_encoding", "_surrogates", "_resp"},
     {"_primitives", "key_derivation"},
     {"claims", "binding", "_principal"},

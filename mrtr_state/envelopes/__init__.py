@@ -47,7 +47,7 @@ from ..errors import (
 if TYPE_CHECKING:
     from .._entropy import Fresh
     from ..claims import Claims
-    from ..keyset import Key
+    from ..keyview import Key
     from ..policy import Policy
 
 __all__ = [

@@ -28,7 +28,7 @@ from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
-    from ..keyset import Key
+    from ..keyview import Key
     from ..policy import Policy
 
 __all__ = ["McpRsEnvelope", "payload_of"]

@@ -29,7 +29,7 @@ from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried, unreadabl
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
-    from ..keyset import Key
+    from ..keyview import Key
     from ..policy import Policy
 
 __all__ = ["McpTsEnvelope", "bind_tag"]

@@ -49,7 +49,7 @@ from . import UNCHECKED, View, refuse_uncarried, unreadable
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
-    from ..keyset import Key
+    from ..keyview import Key
     from ..policy import Policy
     from .mcp_py import McpPyEnvelope
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from ..errors import KeyRetired, UnknownKey, WrongFormat
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 __all__ = ["Anatomy", "Routes", "Wire", "candidates", "no_keys", "refusal", "usable"]
 

@@ -16,7 +16,7 @@ from ..errors import BadSignature, MalformedToken, WrongFormat
 from . import Anatomy, Routes, refusal, usable
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 _HEADER = 4 + 12
 _TAG = 16

@@ -18,7 +18,7 @@ from . import Anatomy, Routes, refusal, usable
 from ._jose import ExactHeader, decode_segment, split_compact
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 __all__ = ["JwsWire"]
 

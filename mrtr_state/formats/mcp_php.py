@@ -19,7 +19,7 @@ from ..errors import BadSignature, MalformedToken
 from . import Anatomy, candidates, no_keys
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 __all__ = ["PhpWire"]
 

@@ -34,7 +34,7 @@ from ..key_derivation import mcp_rs2_kid
 from . import Anatomy, Routes, candidates, no_keys, usable
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 __all__ = ["RmcpWire", "mac_input"]
 

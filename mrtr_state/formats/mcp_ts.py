@@ -18,7 +18,7 @@ from . import Anatomy, candidates, no_keys
 from ._jose import decode_segment, split_compact
 
 if TYPE_CHECKING:
-    from ..keyset import Key, Keyset
+    from ..keyview import Key, Keyset
 
 __all__ = ["McpTsWire"]
 
