@@ -41,7 +41,9 @@ if TYPE_CHECKING:
         Replayed,
         ReplayStoreError,
         RequestMismatch,
+        StateStoreError,
         TimeWindowError,
+        UnknownHandle,
         UnknownKey,
         WrongFormat,
     )
@@ -100,7 +102,9 @@ _WHERE = {
     "ReplayStoreError": "errors",
     "Replayed": "errors",
     "RequestMismatch": "errors",
+    "StateStoreError": "errors",
     "TimeWindowError": "errors",
+    "UnknownHandle": "errors",
     "UnknownKey": "errors",
     "WrongFormat": "errors",
     "arguments_digest": "claims",
@@ -120,6 +124,7 @@ _SUBMODULES = frozenset(
     {"audit", "binding", "claims", "config", "envelopes", "errors", "formats", "inspection"}
     | {"key_derivation", "keyfile", "keyset", "keyset_store", "keyset_watch", "keytable"}
     | {"lifecycle", "mcp", "policy", "registry", "replay", "sdk_codec", "tokens"}
+    | {"handles", "handle_store", "server_state"}
 )
 
 
@@ -180,7 +185,9 @@ __all__ = [
     "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
+    "StateStoreError",
     "TimeWindowError",
+    "UnknownHandle",
     "UnknownKey",
     "WrongFormat",
     "__version__",

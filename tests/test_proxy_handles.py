@@ -299,18 +299,23 @@ def test_two_proxies_share_one_redis() -> None:
             second.stop()
 
 
-def test_a_cluster_serves_handles() -> None:
+def test_two_proxies_share_a_cluster() -> None:
+    """Handles spread over the cluster's slots, issued by one replica or the other and retried
+    on the other: each opens once, and a second retry on either replica is refused."""
     upstream = NaiveServer()
     with cluster() as (_, store), serving(upstream) as upstream_url:
-        proxy = ProxyProcess(NO_KEYSET, upstream_url, "--state-store", store)
+        first = ProxyProcess(NO_KEYSET, upstream_url, "--state-store", store)
+        second = ProxyProcess(NO_KEYSET, upstream_url, "--state-store", store, parser="h11")
         try:
-            side = Side(proxy)
-            handles = [side.first_round(id_=n, env=f"e{n}") for n in range(20)]
+            sides = (Side(first), Side(second))
+            handles = [sides[n % 2].first_round(id_=n, env=f"e{n}") for n in range(40)]
             for n, handle in enumerate(handles):
-                assert side.retry(handle, env=f"e{n}")["result"]
-                assert side.retry(handle, env=f"e{n}")["error"]["code"] == -32602
+                assert sides[(n + 1) % 2].retry(handle, env=f"e{n}")["result"]
+                for side in sides:
+                    assert side.retry(handle, env=f"e{n}")["error"]["code"] == -32602
         finally:
-            proxy.stop()
+            first.stop()
+            second.stop()
 
 
 def test_state_store_and_once_are_not_both_given(tmp_path: Path) -> None:
