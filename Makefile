@@ -49,6 +49,7 @@ bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writ
 	$(BIN)/python -m pip install --quiet -r requirements/dev.txt -r requirements/bench.txt
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/proxy_load.py
+	$(BIN)/python bench/handles.py
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600

@@ -190,6 +190,18 @@ class ProxyProcess:
             time.sleep(0.01)
         return self.log[-count:]
 
+    def logged(self, field: str, value: Any, seconds: float = 10) -> dict[str, Any]:
+        """The latest log line whose ``field`` is ``value``, waiting for it: a line is written
+        when the proxy has finished with a request, which may be after its answer was read (so
+        the last line at the moment the answer arrives can be an earlier request's)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            for line in reversed(self.log):
+                if line.get(field) == value:
+                    return line
+            assert time.monotonic() < deadline, f"no log line with {field}={value!r}: {self.log}"
+            time.sleep(0.01)
+
     def stop(self) -> int:
         """SIGTERM, wait, and return the exit code; the streams are closed."""
         if self.process.poll() is None:

@@ -443,7 +443,7 @@ def test_a_state_is_bound_to_the_path_it_was_issued_on(tmp_path: Path) -> None:
             retry = call("deploy", id_=2, arguments={"env": "prod"}, requestState=token)
             other = httpx.post(base + "/mcp/tenant-b", json=retry, headers=user).json()
             assert other["error"]["code"] == -32602 and upstream.retries() == []
-            assert proxy.last_log(1)[-1]["result"] == "audience_mismatch"
+            assert proxy.logged("result", "audience_mismatch")["event"] == "refused"
             same = httpx.post(base + "/mcp/tenant-a", json=retry, headers=user).json()
             assert same["result"]["content"][0]["text"] == "deployed prod"
             claims = ms.verify(
@@ -604,7 +604,7 @@ def test_headers_the_upstream_could_read_otherwise_are_refused(
         == 400
     )
     assert settle(upstream, before) == 0
-    assert proxy.last_log(1)[-1]["kind"] == kind
+    assert proxy.logged("kind", kind)["status"] == 400
 
 
 def raw_upstream(answer: bytes) -> tuple[socket.socket, str]:
