@@ -12,8 +12,10 @@ principal or name (not null, and not a binding mrtr-state takes).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,17 @@ from mrtr_state.errors import KeysetInvalid
 from mrtr_state.keyset import Key
 
 from .conftest import VECTOR_REPORT
-from .sdk_vectors import JAVA, UNCAPPED, _b64, _ids, java_binding, java_keyset, java_leniency
+from .helpers import keys_import, mint, run
+from .sdk_vectors import (
+    CAPTURE_ENV,
+    JAVA,
+    UNCAPPED,
+    _b64,
+    _ids,
+    java_binding,
+    java_keyset,
+    java_leniency,
+)
 
 #: What each case came to, for the summary line (filled as the cases run).
 OUTCOMES: Counter[str] = Counter()
@@ -128,3 +140,82 @@ def test_java_tokens_we_mint_are_the_sdks_byte_for_byte(case: dict[str, Any]) ->
     )
     assert minted == case["token"]
     assert json.loads(case["payload_json"])["exp"] == seal["now_ms"] + ttl_ms
+
+
+# --- the library's edges, and the command line ----------------------------------------------
+
+SECRET = b"\x11" * 32
+KEYSET = ms.Keyset([Key.from_secret("mcp-java-v1", SECRET)])
+REQUEST = {"method": "tools/call", "target": "deploy"}
+
+
+def test_exp_is_milliseconds_and_exp_equal_to_now_is_still_good() -> None:
+    now = 1_796_428_800.0
+    token = ms.mint(KEYSET, "s", format="mcp-java", ttl=600, now=now, **REQUEST)
+    exp_ms = 1_796_429_400_000
+    assert json.loads(_b64(token.split(".")[0]))["exp"] == exp_ms
+    assert ms.verify(KEYSET, token, now=exp_ms / 1000, **REQUEST).exp == exp_ms / 1000
+    with pytest.raises(ms.ExpiredToken, match=r"^expired 0\.001 s ago$"):
+        ms.verify(KEYSET, token, now=(exp_ms + 1) / 1000, **REQUEST)
+
+
+def test_the_empty_target_is_the_sdks_null_primitive_and_an_empty_name_matches_nothing() -> None:
+    token = ms.mint(KEYSET, "s", format="mcp-java", method="tools/call", target="")
+    assert json.loads(_b64(token.split(".")[0]))["n"] is None
+    assert ms.verify(KEYSET, token, method="tools/call", target="").state == "s"
+    with pytest.raises(ms.RequestMismatch, match="target"):
+        ms.verify(KEYSET, token, method="tools/call", target="deploy")
+
+
+def test_what_mcp_java_cannot_carry_is_refused_at_mint() -> None:
+    for stated, message in (
+        ({}, "mcp-java tokens bind a request: give method and target"),
+        ({**REQUEST, "arguments": {}}, "mcp-java tokens bind method and target, not arguments"),
+        ({**REQUEST, "audience": "fleet"}, "mcp-java tokens cannot carry an audience"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ms.mint(KEYSET, "s", format="mcp-java", **stated)
+    with pytest.raises(ValueError, match="mcp-java state is a string"):
+        ms.mint(KEYSET, {"step": 2}, format="mcp-java", **REQUEST)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        ms.mint(KEYSET, "\ud800", format="mcp-java", **REQUEST)
+
+
+def test_keys_import_refuses_a_key_under_32_bytes(tmp_path: Path) -> None:
+    ks = tmp_path / "keyset.json"
+    refused = keys_import(ks, "mcp-java-v1", b"short", code=2)
+    assert "mcp-java-v1 needs 32..4096 secret bytes;" in refused.stderr
+    assert "holds 5" in refused.stderr
+    assert not ks.exists()
+    keys_import(ks, "mcp-java-v1", SECRET)
+    assert ms.Keyset.load(ks).primary("mcp-java-v1").kid == KEYSET.primary("mcp-java-v1").kid
+
+
+def test_mint_verify_and_inspect_through_the_cli(tmp_path: Path) -> None:
+    ks = tmp_path / "keyset.json"
+    keys_import(ks, "mcp-java-v1", SECRET)
+    flags = ["--method", "tools/call", "--target", "deploy", "--principal", "alice"]
+    token = mint(ks, "--format", "mcp-java", "--state", '"step-2"', *flags)
+    payload = json.loads(_b64(token.split(".")[0]))
+    assert list(payload) == ["v", "s", "exp", "p", "m", "n"]
+    assert payload["p"] == "alice"  # in clear
+    verified = run("--keyset", str(ks), "verify", *flags, token)
+    assert verified.stdout == '"step-2"\n'
+    # the principal, both ways, and the request
+    run("--keyset", str(ks), "verify", *flags[:4], token, code=4)
+    run("--keyset", str(ks), "verify", *flags[:-1], "bob", token, code=4)
+    run("--keyset", str(ks), "verify", "--principal", "alice", token, code=4)
+    inspected = run("--keyset", str(ks), "inspect", token).stdout
+    assert "readable by anyone holding the token" in inspected
+    assert '"p": "alice"' in inspected and "VERIFIED" in inspected
+    shown = json.loads(run("--keyset", str(ks), "inspect", "--json", token).stdout)
+    assert shown["format"] == "mcp-java" and shown["claims"]["exp_ms"] == payload["exp"]
+    # a token the SDK sealed, verified through the command line
+    sdk = next(case for case in JAVA if case["name"] == "tools_call_with_principal")
+    assert sdk["key"] == _b64url(SECRET)
+    got = run("--keyset", str(ks), "verify", *flags, sdk["token"], env=CAPTURE_ENV)
+    assert got.stdout == '"step=2;env=prod"\n'
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
