@@ -81,7 +81,8 @@ def _mintable(fmt: str, stated: dict[str, Any]) -> dict[str, Any]:
     if fmt == "mcp-php":
         return {}
     if fmt == "mcp-java":  # the principal, and a request without arguments
-        kept = {name: stated[name] for name in ("principal", "method", "target") if name in stated}
+        carried = ("principal", "method", "target")
+        kept: dict[str, Any] = {name: stated[name] for name in carried if name in stated}
         if "method" not in kept:
             kept.update(method="tools/call", target="deploy")
         return kept

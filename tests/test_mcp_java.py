@@ -146,7 +146,7 @@ def test_java_tokens_we_mint_are_the_sdks_byte_for_byte(case: dict[str, Any]) ->
 
 SECRET = b"\x11" * 32
 KEYSET = ms.Keyset([Key.from_secret("mcp-java-v1", SECRET)])
-REQUEST = {"method": "tools/call", "target": "deploy"}
+REQUEST: dict[str, Any] = {"method": "tools/call", "target": "deploy"}
 
 
 def test_exp_is_milliseconds_and_exp_equal_to_now_is_still_good() -> None:

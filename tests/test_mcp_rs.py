@@ -90,7 +90,11 @@ def test_every_ring_key_is_32_bytes_at_least_as_rmcp_requires() -> None:
     from mrtr_state.errors import KeysetInvalid
     from mrtr_state.keyset import Key
 
-    for alg, extra in (("mcp-rs-v2", {"sdk_kid": "2026-12"}), ("mcp-rs-v1", {})):
+    rings: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("mcp-rs-v2", {"sdk_kid": "2026-12"}),
+        ("mcp-rs-v1", {}),
+    )
+    for alg, extra in rings:
         with pytest.raises(
             KeysetInvalid, match=r"needs a secret of 32\.\.4096 bytes, this one has 31"
         ):

@@ -216,7 +216,7 @@ def test_php_verifies_the_mcp_php_tokens_we_sign(php: Peer, data: Any) -> None:
 def test_java_opens_the_mcp_java_tokens_we_sign_and_seals_them_byte_for_byte(
     java: Peer, state: str, method: str, target: str, principal: str | None
 ) -> None:
-    binding = {"method": method, "target": target, "principal": principal}
+    binding: dict[str, Any] = {"method": method, "target": target, "principal": principal}
     token = ms.mint(KEYSET, state, format="mcp-java", ttl=60, now=NOW, **binding)
     key = base64.urlsafe_b64encode(JAVA_SECRET).decode().rstrip("=")
     # the SDK's null primitive is our empty target
