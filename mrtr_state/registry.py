@@ -11,7 +11,7 @@ envelope its format's name and whether the wire is confidential).
 
 **One shape, several formats.** Some SDKs' tokens cannot be told apart by their shape: a
 ``v1.`` blob without a further dot is the Python SDK's or the Ruby SDK's, two unprefixed
-segments starting ``eyJ`` are the PHP SDK's (or, soon, the Java SDK's). Entries that declare the
+segments starting ``eyJ`` are the PHP SDK's or the Java SDK's. Entries that declare the
 same shape share it: detection finds the shape, and the key that opens the token names its
 format (:meth:`Shape.open`, the one mechanism). Adding a format is a wire module, an envelope
 module (or an existing one) and an entry; nothing else branches on format names.
@@ -193,6 +193,19 @@ _TABLE = (
         _unprefixed(1, "eyJ"),
         _SIGNED_ONLY,
     ),
+    # the Java SDK signs as the PHP SDK does (the same shape: the key that opens a token names
+    # it) and takes keys of any length; mrtr-state holds them to 32 bytes at least
+    _Entry(
+        "mcp-java",
+        "mcp_java:JavaWire",
+        "mcp_java:McpJavaEnvelope",
+        KeyAlgorithm("mcp-java-v1", kid=named_by_secret(b"mrtr-state/mcp-java/kid:")),
+        _unprefixed(1, "eyJ"),
+        (
+            "signed, not encrypted: the client can read the payload, and the principal (p) is "
+            "in clear, readable by anyone holding the token",
+        ),
+    ),
 )
 _ENTRIES = {entry.name: entry for entry in _TABLE}
 FORMAT_NAMES = tuple(_ENTRIES)
@@ -356,8 +369,8 @@ class Shape:
         that opens the token names its format: a format that refuses it (no key by the token's
         id, no key of the format at all, a tag that fails under each, a layout of its own the
         token breaks) is passed over. A token every format refuses gets a bad tag or MAC,
-        naming each format's reason, if a key of any was tried; else the first format's
-        refusal.
+        naming each format's reason, if a key of any was tried; else the first refusal of a
+        format that holds keys, or the first format's when none does.
         """
         refused: list[tuple[Format, InvalidToken]] = []
         for fmt in self.formats:
@@ -368,8 +381,17 @@ class Shape:
                 continue
             return fmt, key, plaintext
         if not any(isinstance(err, BadSignature) for _fmt, err in refused):
-            raise refused[0][1]
+            # a format that had keys to try says more than one that had none (a Java token
+            # whose MAC a key checked, but whose payload is padded, is malformed, not keyless)
+            keyed = [err for _fmt, err in refused if not _keyless(err)]
+            raise keyed[0] if keyed else refused[0][1]
         raise BadSignature("; ".join(f"{fmt.name}: {err}" for fmt, err in refused))
+
+
+def _keyless(err: InvalidToken) -> bool:
+    """Whether ``err`` says only that the keyset holds no key of the format (its remedy is to
+    import one)."""
+    return err.remedy is not None and err.remedy[0] == "import_key"
 
 
 def _shapes(

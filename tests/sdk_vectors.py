@@ -167,3 +167,78 @@ PHP_ERRORS: dict[str, tuple[type[ms.InvalidToken], ...]] = {
 
 def _php_keyset(case: dict[str, Any]) -> ms.Keyset:
     return ms.Keyset([Key.from_secret("mcp-php-v1", _b64(case["key"]))])
+
+
+JAVA = _cases("java-sdk", "vectors.json")
+_JAVA_MEMBERS = ("exp", "m", "n", "p", "s", "v")
+
+
+def _canonical_b64url(text: str) -> bool:
+    """Whether ``text`` is the one unpadded base64url spelling of the bytes it decodes to."""
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return False
+    return base64.urlsafe_b64encode(data).decode().rstrip("=") == text
+
+
+def java_leniency(token: str) -> str | None:
+    """What the Java SDK could take this token only through: Java's lenient base64 decoder or
+    Jackson's lenient mapping of its record (None: the token is spelled as the SDK's seal
+    writes one). Worked out from the token alone, by the SDK's stated rules, so a set of
+    vectors the tests have never seen is judged the same way."""
+    parts = token.split(".")
+    if len(parts) != 2:
+        return None  # the SDK reads its last dot: a MAC over "a.b" is nothing we must take
+    if not all(_canonical_b64url(part) for part in parts):
+        return "base64: padding or non-zero trailing bits"
+    try:
+        text = _b64(parts[0]).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return "a payload that is not UTF-8"
+    try:
+        pairs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
+    except json.JSONDecodeError:
+        try:
+            json.JSONDecoder().raw_decode(text)
+        except json.JSONDecodeError:
+            return None  # not JSON at all: the SDK refuses it too
+        return "text after the object"
+    if not isinstance(pairs, list):
+        return None
+    names = sorted(name for name, _value in pairs)
+    if len(names) != len(set(names)):
+        return "a member repeated"
+    if names != sorted(_JAVA_MEMBERS):
+        return "a member missing or unknown"
+    values = dict(pairs)
+    if type(values["v"]) is not int or values["v"] != 1:
+        return "v other than 1"
+    if type(values["s"]) is not str or type(values["exp"]) is not int:
+        return "a state or exp of another type"
+    if not all(type(values[name]) in (str, type(None)) for name in ("p", "m", "n")):
+        return "a binding of another type"
+    return None
+
+
+def java_binding(case: dict[str, Any]) -> dict[str, Any] | None:
+    """The binding the opening request of a Java case states, as mrtr-state is given it (the
+    SDK's null primitive is the empty target), or None when mrtr-state cannot state it: an
+    empty principal or name (not null, and not statable), or no method."""
+    principal = case["principal"] if case["principal_extractor"] else None
+    primitive = case["primitive_name"]
+    if principal == "" or primitive == "" or not case["method"]:
+        return None
+    binding: dict[str, Any] = {"method": case["method"], "target": primitive or ""}
+    if principal is not None:
+        binding["principal"] = principal
+    return binding
+
+
+def java_keyset(case: dict[str, Any]) -> ms.Keyset | None:
+    """The case's key as an mcp-java-v1 key, or None when it is under the 32 bytes mrtr-state
+    holds an SDK key to (the SDK takes any non-empty key)."""
+    secret = _b64(case["key"])
+    if len(secret) < 32:
+        return None
+    return ms.Keyset([Key.from_secret("mcp-java-v1", secret)])

@@ -45,6 +45,7 @@ def everything() -> ms.Keyset:
             ("mcp-rs-v1", b"s" * 40),
             ("mcp-rs-v2", b"k" * 40),
             ("mcp-php-v1", b"h" * 40),
+            ("mcp-java-v1", b"j" * 40),
         )
     ]
     return ms.Keyset([*own, *sdk])
@@ -57,13 +58,14 @@ BINDINGS: dict[str, dict[str, Any]] = {
     "mcp-rb": SDK_REQUEST,
     "mcp-rs": {"bind": "user:alice"},
     "mcp-rs2": {"bind": "user:alice"},
+    "mcp-java": {"method": "tools/call", "target": "t"},
 }
 #: formats whose tokens have the same shape: only the key that opens one tells them apart
-SHARED_SHAPE = {frozenset({"mcp-py", "mcp-rb"})}
+SHARED_SHAPE = {frozenset({"mcp-py", "mcp-rb"}), frozenset({"mcp-php", "mcp-java"})}
 
 
 def token_of(keyset: ms.Keyset, fmt: str, **extra: Any) -> str:
-    state: Any = "s" if fmt in ("mcp-py", "mcp-rb") else {"k": 1}
+    state: Any = "s" if fmt in ("mcp-py", "mcp-rb", "mcp-java") else {"k": 1}
     return ms.mint(keyset, state, format=fmt, now=NOW, **BINDINGS.get(fmt, {}), **extra)
 
 

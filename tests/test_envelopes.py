@@ -30,14 +30,22 @@ from .conftest import NOW
 
 PACKAGE = Path(ms.__file__).resolve().parent
 _GENERATED = ms.Keyset.generate(
-    (*OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1"),
+    (
+        *OWN_ALGORITHMS,
+        "mcp-py-v1",
+        "mcp-ts-v1",
+        "mcp-rb-v1",
+        "mcp-rs-v1",
+        "mcp-php-v1",
+        "mcp-java-v1",
+    ),
     now=NOW - 3600,
 )
 KEYSET = _GENERATED.with_keys(
     [*_GENERATED, Key.generate("mcp-rs-v2", kid="", sdk_kid="ring-1", now=NOW - 3600)]
 )
 #: the state each format carries here (the Python and Ruby SDKs' is a string)
-STATES: dict[str, Any] = {"mcp-py": "the state", "mcp-rb": "the state"}
+STATES: dict[str, Any] = {"mcp-py": "the state", "mcp-rb": "the state", "mcp-java": "the state"}
 
 
 # --- 1. accepted as minted, refused with the named reason otherwise -------------------------
@@ -72,6 +80,12 @@ def _mintable(fmt: str, stated: dict[str, Any]) -> dict[str, Any]:
         return {name: value for name, value in stated.items() if name == "bind"}
     if fmt == "mcp-php":
         return {}
+    if fmt == "mcp-java":  # the principal, and a request without arguments
+        carried = ("principal", "method", "target")
+        kept: dict[str, Any] = {name: stated[name] for name in carried if name in stated}
+        if "method" not in kept:
+            kept.update(method="tools/call", target="deploy")
+        return kept
     kept = {name: value for name, value in stated.items() if name not in ("bind",)}
     if fmt == "mcp-rb":
         kept.pop("principal", None)
@@ -129,6 +143,12 @@ ORDER: dict[str, list[Check]] = {
         ),
         (lambda b: b.get("audience"), ms.AudienceMismatch),
     ],
+    "mcp-java": [
+        (lambda b: b.get("principal"), ms.PrincipalMismatch),
+        (lambda b: "method" in b, ms.RequestMismatch),
+        (lambda b: b.get("arguments") is not None, ms.RequestMismatch),
+        (lambda b: (b.get("method"), b.get("target")), ms.RequestMismatch),
+    ],
     # the tag covers the bind value (checked by the wire, before anything else: see below)
     "mcp-rs": [],
     "mcp-php": [],
@@ -140,6 +160,7 @@ CARRIES = {
     "mcp-rb": {"audience", "method"},
     "mcp-rs": {"bind"},
     "mcp-php": set(),
+    "mcp-java": {"principal", "method"},
 }
 #: the envelope each format carries
 ENVELOPE_OF = {"aead": "own", "jws": "own", "jwe": "own", "mcp-rs2": "mcp-rs"}
@@ -208,6 +229,7 @@ REFUSING = [
     "envelopes/mcp_rb.py",
     "envelopes/mcp_rs.py",
     "envelopes/mcp_php.py",
+    "envelopes/mcp_java.py",
     "envelopes/__init__.py",
 ]
 ERRORS = {
@@ -288,6 +310,13 @@ def _sdk(**members: Any) -> str:
 REQUEST = {"method": "tools/call", "target": "deploy"}
 TS = {"p": 1, "exp": NOW + 60}
 PHP = {"exp": NOW + 60, "data": {"step": 2}}
+JAVA: dict[str, Any] = {"v": 1, "s": "s", "exp": (NOW + 60) * 1000, "p": None, "m": "tools/call"}
+JAVA["n"] = "deploy"
+
+
+def _java(**members: Any) -> str:
+    body = {**JAVA, **members}
+    return json.dumps({k: v for k, v in body.items() if v is not ...}, separators=(",", ":"))
 
 
 def _rb(**members: Any) -> str:
@@ -412,6 +441,25 @@ CASES: list[Callable[[], object]] = [
     _verify("mcp-php", json.dumps({**PHP, "exp": NOW - 60})),
     _verify("mcp-php", json.dumps({**PHP, "exp": NOW + 10**6})),
     _minted("mcp-php", {"k": 1}, stated={"audience": "fleet"}),
+    # mcp-java
+    _verify("mcp-java", b"{bad", **REQUEST),
+    _verify("mcp-java", _java(x=1), **REQUEST),
+    _verify("mcp-java", _java(p=...), **REQUEST),
+    _verify("mcp-java", _java(v=2), **REQUEST),
+    _verify("mcp-java", _java(s=None), **REQUEST),
+    _verify("mcp-java", _java(exp=str((NOW + 60) * 1000)), **REQUEST),
+    _verify("mcp-java", _java(n=["deploy"]), **REQUEST),
+    _verify("mcp-java", _java()[:-1] + ',"s":"t"}', **REQUEST),
+    _verify("mcp-java", _java(exp=NOW * 1000 - 1), **REQUEST),
+    _verify("mcp-java", _java(exp=(NOW + 10**6) * 1000), **REQUEST),
+    _minted("mcp-java", "s", **REQUEST, stated={**REQUEST, "audience": "fleet"}),
+    _minted("mcp-java", "s", **REQUEST, stated={**REQUEST, "principal": "alice"}),
+    _minted("mcp-java", "s", **REQUEST, principal="alice", stated=REQUEST),
+    _minted("mcp-java", "s", **REQUEST, principal="alice", stated={**REQUEST, "principal": "b"}),
+    _minted("mcp-java", "s", **REQUEST, stated={}),
+    _minted("mcp-java", "s", **REQUEST, stated={**REQUEST, "arguments": {}}),
+    _minted("mcp-java", "s", **REQUEST, stated={**REQUEST, "method": "prompts/get"}),
+    _minted("mcp-java", "s", **REQUEST, stated={**REQUEST, "target": "other"}),
     lambda: ms.unseal(KEYSET, ms.mint(KEYSET, 1, format="mcp-ts")),
     lambda: tokens.open_envelope(
         KEYSET, ms.mint(KEYSET, 1, format="mcp-ts"), format=None, policy=ms.DEFAULT_POLICY

@@ -82,3 +82,34 @@ def test_rmcp_tokens_we_mint_are_the_sdks_byte_for_byte(case: dict[str, Any]) ->
         policy=UNCAPPED,
     )
     assert token == case["token"]
+
+
+def test_every_ring_key_is_32_bytes_at_least_as_rmcp_requires() -> None:
+    """rmcp 3.2.0 refuses a keyring holding any key under 32 bytes; so does a keyset, for the
+    ring's keys and the rs1 keys beside them."""
+    from mrtr_state.errors import KeysetInvalid
+    from mrtr_state.keyset import Key
+
+    rings: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("mcp-rs-v2", {"sdk_kid": "2026-12"}),
+        ("mcp-rs-v1", {}),
+    )
+    for alg, extra in rings:
+        with pytest.raises(
+            KeysetInvalid, match=r"needs a secret of 32\.\.4096 bytes, this one has 31"
+        ):
+            ms.Keyset([Key.from_secret(alg, b"k" * 31, **extra)])
+        assert ms.Keyset([Key.from_secret(alg, b"k" * 32, **extra)])
+
+
+def test_the_rs1_signing_key_of_a_ring_opens_rs1_tokens_as_rmcp_adds_it_to_the_fallbacks() -> None:
+    """``with_rs1_signing(kid)`` makes a ring sign rs1 under that key and open rs1 under it too:
+    the keyset of such a ring holds the key as an mcp-rs-v1 key, which verifies the rs1 tokens
+    the ring emitted."""
+    case = next(c for c in RMCP if c["name"] == "rs1_emitted_by_ring_with_rs1_signing")
+    ring = case["keyring"]
+    keyset = _rmcp_keyset(case)
+    rs1 = [key for key in keyset if key.alg == "mcp-rs-v1"]
+    assert [key.secret for key in rs1] == [_b64(ring["keys"][ring["rs1_signing"]])]
+    bind = _b64(case["associated_data"])
+    assert ms.verify(keyset, case["token"], bind=bind, policy=UNCAPPED).state == b"plain state"

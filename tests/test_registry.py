@@ -4,19 +4,20 @@ finds a token's shape; where formats share a shape, the key that opens a token n
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from typing import Any
 
 import pytest
 
 import mrtr_state as ms
 from mrtr_state import registry
-from mrtr_state.key_derivation import named_by_secret
 from mrtr_state.keyset import Key
 from mrtr_state.registry import (
     FORMAT_NAMES,
     KEY_ALGORITHMS,
     OWN_ALGORITHMS,
-    KeyAlgorithm,
     format_named,
     key_algorithm_of,
     shape_of,
@@ -26,13 +27,21 @@ from .conftest import NOW
 
 REQUEST: dict[str, Any] = {"method": "tools/call", "target": "deploy"}
 #: what each format binds when minted here (the Python and Ruby SDKs always bind a request)
-BOUND: dict[str, dict[str, Any]] = {"mcp-py": REQUEST, "mcp-rb": REQUEST}
-STATES: dict[str, Any] = {"mcp-py": "s", "mcp-rb": "s", "mcp-php": {"k": 1}}
+BOUND: dict[str, dict[str, Any]] = {"mcp-py": REQUEST, "mcp-rb": REQUEST, "mcp-java": REQUEST}
+STATES: dict[str, Any] = {"mcp-py": "s", "mcp-rb": "s", "mcp-php": {"k": 1}, "mcp-java": "s"}
 
 
 def _everything() -> ms.Keyset:
     made = ms.Keyset.generate(
-        (*OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1"),
+        (
+            *OWN_ALGORITHMS,
+            "mcp-py-v1",
+            "mcp-ts-v1",
+            "mcp-rb-v1",
+            "mcp-rs-v1",
+            "mcp-php-v1",
+            "mcp-java-v1",
+        ),
         now=NOW - 60,
     )
     return made.with_keys([*made, Key.generate("mcp-rs-v2", kid="", sdk_kid="ring")])
@@ -72,7 +81,8 @@ def test_the_python_and_ruby_sdks_share_one_shape() -> None:
     shape = shape_of(_token("mcp-py"))
     assert shape is shape_of(_token("mcp-rb"))
     assert (shape.names, shape.name) == (("mcp-py", "mcp-rb"), "mcp-py or mcp-rb")
-    assert len({id(shape_of(_token(name))) for name in FORMAT_NAMES}) == len(FORMAT_NAMES) - 1
+    # two shapes are shared: v1. blobs (mcp-py, mcp-rb) and eyJ pairs (mcp-php, mcp-java)
+    assert len({id(shape_of(_token(name))) for name in FORMAT_NAMES}) == len(FORMAT_NAMES) - 2
 
 
 @pytest.mark.parametrize("text", ["", "x", "ms2.abc", "a.b.c.d.e.f", "v1.a.b.c", "abc.def"])
@@ -103,22 +113,34 @@ def test_the_key_that_opens_a_shared_shape_names_its_format() -> None:
         ms.verify(EVERYTHING, rb_token, now=NOW, format="aead", **REQUEST)
 
 
-def test_a_new_format_of_an_existing_shape_joins_it_through_its_entry_alone() -> None:
-    """How the Java SDK's format (two unprefixed segments, like the PHP SDK's) will arrive: a
-    wire module, an envelope module and an entry of the same shape; detection then gives both,
-    in the table's order, and the key that opens a token names it. Nothing else changes."""
-    java = registry._Entry(
-        "mcp-java",
-        "mcp_php:PhpWire",  # (a stand-in: the real entry names its own modules)
-        "mcp_php:McpPhpEnvelope",
-        KeyAlgorithm("mcp-java-v1", kid=named_by_secret(b"mrtr-state/mcp-java/kid:")),
-        registry._unprefixed(1, "eyJ"),
-    )
-    _prefixed, unprefixed = registry._shapes((*registry._TABLE, java))
-    start, shape = unprefixed[1]
-    assert (start, shape.names) == ("eyJ", ("mcp-php", "mcp-java"))
-    assert KEY_ALGORITHMS["mcp-php-v1"].format == "mcp-php"
-    assert java.alg.format == "mcp-java"
+def test_the_php_and_java_sdks_share_one_shape_and_the_key_names_the_format() -> None:
+    """The Java SDK's format joined the PHP SDK's shape through its entry alone: detection
+    gives both, in the table's order, and the key that opens a token names it."""
+    php_token, java_token = _token("mcp-php"), _token("mcp-java")
+    shape = shape_of(java_token)
+    assert shape is shape_of(php_token)
+    assert (shape.names, shape.name) == (("mcp-php", "mcp-java"), "mcp-php or mcp-java")
+    assert KEY_ALGORITHMS["mcp-java-v1"].format == "mcp-java"
+    assert KEY_ALGORITHMS["mcp-java-v1"].kid is not None  # named by its secret: no id in tokens
+    php_only = ms.Keyset([k for k in EVERYTHING if k.alg == "mcp-php-v1"])
+    java_only = ms.Keyset([k for k in EVERYTHING if k.alg == "mcp-java-v1"])
+    assert ms.verify(java_only, java_token, now=NOW, **REQUEST).format == "mcp-java"
+    assert ms.verify(EVERYTHING, java_token, now=NOW, **REQUEST).format == "mcp-java"
+    assert ms.verify(EVERYTHING, php_token, now=NOW).format == "mcp-php"
+    # each format's keys tried, each MAC failing: a bad MAC naming both
+    with pytest.raises(ms.BadSignature, match=r"^mcp-php: signature mismatch .*; mcp-java: "):
+        ms.verify(php_only, java_token, now=NOW, **REQUEST)
+    # a format with no key at all is passed over for the refusal of one that had keys: a
+    # padded payload whose MAC the Java key checks is malformed, not "no mcp-php-v1 key"
+    body = base64.urlsafe_b64encode(b'{"v":1}').decode()
+    secret = java_only.primary("mcp-java-v1").secret
+    mac = hmac.new(secret, body.encode(), hashlib.sha256).digest()
+    forged = body + "." + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+    assert body.endswith("=") and shape_of(forged) is shape
+    with pytest.raises(ms.MalformedToken, match=r"^mcp-java body: "):
+        ms.verify(java_only, forged, now=NOW, **REQUEST)
+    with pytest.raises(ms.UnknownKey, match="no usable mcp-php-v1 key"):
+        ms.verify(ms.Keyset([k for k in EVERYTHING if k.alg == "A256GCM"]), java_token, now=NOW)
 
 
 def test_key_algorithms_say_what_secrets_they_take_and_which_ids_they_imply() -> None:

@@ -1,11 +1,14 @@
-"""mcp-rb and mcp-php against Ruby and PHP themselves, and every SDK format round-tripped.
+"""mcp-rb, mcp-php and mcp-java against Ruby, PHP and Java themselves, and every SDK format
+round-tripped.
 
 The published vectors (test_mcp_rb.py, test_mcp_rs.py, test_mcp_php.py) hold what each SDK
 made; here random values meet the languages' own JSON, digest, AES-GCM and HMAC
 implementations (Ruby 3.1 and PHP 8.2 from Debian, as the vectors were made), through small
 peers in ``tests/peers``: Ruby's spelling of the canonical arguments JSON must equal ours for
 nested, unicode, float and big-integer
-arguments, Ruby must open what we seal, and PHP must verify what we sign.
+arguments, Ruby must open what we seal, and PHP must verify what we sign; a Java 17 peer (the
+JDK's Mac and Base64, Debian's Jackson 2 as the SDK's mapper) opens the mcp-java tokens we mint,
+under the SDK's rules, and seals the same bytes for the same inputs.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from .conftest import NOW
 PEERS = Path(__file__).resolve().parent / "peers"
 RB_SECRET = bytes(range(32))
 PHP_SECRET = b"php-" * 10
+JAVA_SECRET = b"java" * 10
 KEYSET = ms.Keyset(
     [
+        Key.from_secret("mcp-java-v1", JAVA_SECRET),
         Key.from_secret("mcp-rb-v1", RB_SECRET),
         Key.from_secret("mcp-php-v1", PHP_SECRET),
         Key.from_secret("mcp-rs-v1", b"rs1-" * 10),
@@ -85,6 +90,30 @@ def ruby() -> Iterator[Peer]:
 @pytest.fixture(scope="module")
 def php() -> Iterator[Peer]:
     yield from _peer("php", ["php", str(PEERS / "php_peer.php")])
+
+
+#: Debian's Jackson 2 (libjackson2-databind-java), the Java SDK's mapper in the vectors' runs.
+JACKSON = [
+    Path("/usr/share/java") / f"jackson-{part}.jar" for part in ("databind", "core", "annotations")
+]
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
+    missing = [jar.name for jar in JACKSON if not jar.exists()]
+    if shutil.which("javac") is None or missing:
+        if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
+            pytest.fail(f"javac or Jackson 2 is missing ({missing}): .ci/run installs them")
+        pytest.skip(
+            "javac and Jackson 2 are needed (apt-get install default-jdk-headless "
+            "libjackson2-databind-java)"
+        )
+    classes = tmp_path_factory.mktemp("java-peer")
+    path = ":".join(str(jar) for jar in JACKSON)
+    subprocess.run(
+        ["javac", "-cp", path, "-d", str(classes), str(PEERS / "JavaPeer.java")], check=True
+    )
+    yield from _peer("java", ["java", "-cp", f"{classes}:{path}", "JavaPeer"])
 
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=10)
@@ -176,6 +205,45 @@ def test_php_verifies_the_mcp_php_tokens_we_sign(php: Peer, data: Any) -> None:
     }
 
 
+@PEER_SETTINGS
+@given(
+    state=texts,
+    method=texts.filter(bool),
+    target=texts,
+    principal=st.none() | texts.filter(bool),
+)
+@example(state='\x00\x1f\x7f/\u2028\U0001f642"\\', method="tools/call", target="", principal=None)
+def test_java_opens_the_mcp_java_tokens_we_sign_and_seals_them_byte_for_byte(
+    java: Peer, state: str, method: str, target: str, principal: str | None
+) -> None:
+    binding: dict[str, Any] = {"method": method, "target": target, "principal": principal}
+    token = ms.mint(KEYSET, state, format="mcp-java", ttl=60, now=NOW, **binding)
+    key = base64.urlsafe_b64encode(JAVA_SECRET).decode().rstrip("=")
+    # the SDK's null primitive is our empty target
+    request = {"key": key, "principal": principal, "method": method, "name": target or None}
+    exp = (NOW + 60) * 1000
+    assert java.ask(op="open", token=token, now=exp, **request) == {"state": state}
+    assert java.ask(op="open", token=token, now=exp + 1, **request) == {"refused": True}
+    for other in ({"principal": (principal or "") + "x"}, {"name": target + "x"}):
+        assert java.ask(op="open", token=token, now=NOW * 1000, **{**request, **other}) == {
+            "refused": True
+        }
+    sealed = java.ask(op="seal", state=state, exp=exp, **request)["token"]
+    assert sealed == token
+    assert ms.verify(KEYSET, sealed, now=NOW, **binding).state == state
+
+
+def test_java_throws_on_a_null_state_which_we_refuse(java: Peer) -> None:
+    key = base64.urlsafe_b64encode(JAVA_SECRET).decode().rstrip("=")
+    request = {"key": key, "principal": None, "method": "tools/call", "name": "deploy"}
+    sealed = java.ask(op="seal", state=None, exp=(NOW + 60) * 1000, **request)["token"]
+    assert java.ask(op="open", token=sealed, now=NOW * 1000, **request) == {
+        "thrown": "java.lang.NullPointerException"
+    }
+    with pytest.raises(ms.InvalidClaims, match="missing state"):
+        ms.verify(KEYSET, sealed, now=NOW, method="tools/call", target="deploy")
+
+
 # --- every SDK format: random states and bindings round-trip, and nothing else is accepted --
 
 ROUND_TRIPS: dict[str, Any] = {
@@ -188,6 +256,9 @@ ROUND_TRIPS: dict[str, Any] = {
     "mcp-rs": st.fixed_dictionaries({"bind": st.binary(max_size=40) | texts}),
     "mcp-rs2": st.fixed_dictionaries({"bind": st.binary(max_size=40) | texts}),
     "mcp-php": st.just({}),
+    "mcp-java": st.fixed_dictionaries(
+        {"method": texts.filter(bool), "target": texts, "principal": st.none() | texts.filter(bool)}
+    ),
 }
 
 
@@ -217,7 +288,7 @@ def test_sdk_formats_round_trip_random_states_and_refuse_other_bindings(
     data: st.DataObject, fmt: str
 ) -> None:
     binding = data.draw(ROUND_TRIPS[fmt])
-    if fmt in ("mcp-rb", "mcp-py"):
+    if fmt in ("mcp-rb", "mcp-py", "mcp-java"):
         state: Any = data.draw(texts)
     elif fmt == "mcp-php":
         state = data.draw(st.dictionaries(texts, values, max_size=4) | st.lists(values))

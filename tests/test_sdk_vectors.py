@@ -1,4 +1,5 @@
-"""The Ruby, Rust (rmcp rs1 and the PR #1128 keyring, rs2) and PHP SDKs' requestState tokens.
+"""The Ruby, Rust (rmcp rs1, and rs2: the keyring of #1128, in rmcp 3.2.0) and PHP SDKs'
+requestState tokens (the Java SDK's are in test_mcp_java.py).
 
 Every case of ``tests/vectors/published/{ruby-sdk,rust-rmcp,php-sdk}`` was made by running the
 SDK's own code, with its own verdict. Each verifies here, or is refused, as the SDK did, with the

@@ -41,9 +41,10 @@ BINDINGS: dict[str, dict[str, Any]] = {
     "mcp-rs": {"bind": "b"},
     "mcp-rs2": {"bind": "b"},
     "mcp-php": {},
+    "mcp-java": {"method": "tools/call", "target": "t"},
 }
 #: The formats anyone can read without a key (their claims or payload are only signed).
-READABLE = ("jws", "mcp-ts", "mcp-php", "mcp-rs", "mcp-rs2")
+READABLE = ("jws", "mcp-ts", "mcp-php", "mcp-java", "mcp-rs", "mcp-rs2")
 #: Ways to put a surrogate in the JSON text where the state's marker was.
 LONE = {
     "high": '"\\ud800"',
@@ -52,6 +53,8 @@ LONE = {
     "low-then-high": '"\\udc00\\ud800"',
 }
 MARKER = b'"MARKER"'
+#: The formats whose state is the SDK's string.
+STRING_STATES = ("mcp-py", "mcp-rb", "mcp-java")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def keyset_file(tmp_path_factory: pytest.TempPathFactory, keyset: ms.Keyset) -> 
 def _sealed(keyset: ms.Keyset, fmt: str, replacement: str, *, forged: bool = False) -> str:
     """A token of ``fmt`` sealed by its key around a plaintext whose state marker is replaced
     by ``replacement`` (JSON text); ``forged``: then its tag or MAC damaged."""
-    state: Any = "MARKER" if fmt in ("mcp-py", "mcp-rb") else {"m": "MARKER"}
+    state: Any = "MARKER" if fmt in STRING_STATES else {"m": "MARKER"}
     bound = BINDINGS[fmt]
     token = ms.mint(keyset, state, format=fmt, **bound)
     binding = binding_of(
@@ -198,7 +201,7 @@ def _deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 
 
-@pytest.mark.parametrize("fmt", [f for f in FORMAT_NAMES if f not in ("mcp-py", "mcp-rb")])
+@pytest.mark.parametrize("fmt", [f for f in FORMAT_NAMES if f not in STRING_STATES])
 def test_a_deeply_nested_authentic_state_is_printed_and_dumped_by_every_command(
     keyset_file: Path, keyset: ms.Keyset, fmt: str
 ) -> None:
@@ -207,8 +210,8 @@ def test_a_deeply_nested_authentic_state_is_printed_and_dumped_by_every_command(
     levels". Authenticated plaintext is now read plainly, bounded by the interpreter's recursion
     limit (docs/security.md), so a key holder's state may nest past our writer's 32 levels (PHP's
     json_encode goes to 512): whatever verify accepts, every command prints and dumps. A state
-    nested beyond the reader's bound is refused by name. (mcp-py and mcp-rb states are
-    strings.)"""
+    nested beyond the reader's bound is refused by name. (mcp-py, mcp-rb and mcp-java states
+    are strings.)"""
     for levels in (MAX_DEPTH + 1, 500):
         token = _sealed(keyset, fmt, _deep(levels))
         expected = json.loads(_deep(levels))

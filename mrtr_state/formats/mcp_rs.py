@@ -8,7 +8,7 @@ request): mixed into the tag and never carried, so a verifier must state the sam
 (``--bind``) or the tag fails, exactly as if the token had been forged. Empty associated data
 still contributes its 8-byte zero length. Signed, not encrypted: anyone can read the body.
 
-rmcp's keyring (PR #1128, ``rs2``, :mod:`.mcp_rs2`) adds the key's id to the token and to the
+rmcp 3.2.0's keyring (#1128, ``rs2``, :mod:`.mcp_rs2`) adds the key's id to the token and to the
 tag; ``rs1`` tokens carry none, so the verifier checks the tag under each usable ``mcp-rs-v1``
 key, primary first (there are as many as rotation makes, rarely more than two).
 

@@ -1,4 +1,4 @@
-"""``mcp-rs2``: rmcp's keyring tokens (PR #1128, released in rmcp 3.2.0).
+"""``mcp-rs2``: rmcp's keyring tokens (rmcp 3.2.0, "add request-state key rotation", #1128).
 
     rs2. + b64url(kid) + . + b64url(body) + . + b64url(HMAC-SHA256(key, DOMAIN ‖ u64be(len kid)
     ‖ kid ‖ u64be(len ad) ‖ ad ‖ body))
