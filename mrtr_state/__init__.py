@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         RequestMismatch,
         TimeWindowError,
         UnknownKey,
+        UnknownKeyId,
         WrongFormat,
     )
     from .keyset import Key, Keyset
@@ -102,6 +103,7 @@ _WHERE = {
     "RequestMismatch": "errors",
     "TimeWindowError": "errors",
     "UnknownKey": "errors",
+    "UnknownKeyId": "errors",
     "WrongFormat": "errors",
     "arguments_digest": "claims",
     "inspect": "tokens",
@@ -182,6 +184,7 @@ __all__ = [
     "RequestMismatch",
     "TimeWindowError",
     "UnknownKey",
+    "UnknownKeyId",
     "WrongFormat",
     "__version__",
     "arguments_digest",

@@ -33,9 +33,11 @@ from ._common import (
     emit_json,
     error_text,
     fail,
+    failure_json,
     format_option,
     json_option,
     json_report,
+    most_severe,
     pass_app,
     read_state,
     request_binding,
@@ -129,11 +131,18 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Unusable(MrtrStateError):
-    """A line of a batch that holds no token to check: empty, or (with --jsonl) not a usable
-    request. Answered in its place like a rejection, but with the usage exit code."""
+    """A line of a batch that holds no token to check: empty, or (with --jsonl) an object
+    without one. Answered in its place like a rejection, but with the usage exit code."""
 
     code = "no_token"
     exit_code = 2
+
+
+class _MalformedInput(_Unusable):
+    """A --jsonl line that is not the request it should be: not JSON, not an object, an unknown
+    member, a binding no token can carry. The input is wrong, not a token: exit 2 too."""
+
+    code = "malformed_input"
 
 
 @click.command("verify")
@@ -180,9 +189,10 @@ def verify_cmd(
     stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem); no
     token at all (an empty argument, empty stdin) exits 2. With - each input line gives one
     output line, the state or "rejected: REASON" (an empty line is "rejected: empty line"), and
-    the exit code is that of the first rejection. TOKEN may also be @FILE; with no TOKEN, a pipe
-    or file on stdin is read as with -. With --jsonl each line carries its own token and
-    bindings, for a capture whose tokens belong to different principals and requests. With
+    the exit code is the most severe of the rejections: 6, 5, 4, 1, 3, then 2. TOKEN may also
+    be @FILE; with no TOKEN, a pipe or file on stdin is read as with -. With --jsonl each line
+    carries its own token and bindings, for a capture whose tokens belong to different
+    principals and requests. With
     --once a token already redeemed exits 5: give --replay-store sqlite:///PATH or redis://...
     so that what one run redeems binds the next (memory: spans a single "verify -" run only);
     an unreachable store exits 6.
@@ -250,8 +260,8 @@ def verify_cmd(
             claims, shown = printed(text)
     except InvalidToken as err:
         if as_json:
-            emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
-        fail(error_text(err), err.exit_code)
+            emit_json({"valid": False, "error": failure_json(err)})
+        fail(error_text(err), err.exit_code, err.code)
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
@@ -296,12 +306,12 @@ class _JsonlChecks:
         try:
             document = json_loads(line.decode("utf-8"))
         except (EncodingError, UnicodeDecodeError) as err:
-            raise _Unusable(f"not a JSON object: {err}") from None
+            raise _MalformedInput(f"not a JSON object: {err}") from None
         if not isinstance(document, dict):
-            raise _Unusable("not a JSON object")
+            raise _MalformedInput("not a JSON object")
         unknown = sorted(set(document) - {"token", *_JSONL_MEMBERS})
         if unknown:
-            raise _Unusable(f"unknown member {', '.join(unknown)}")
+            raise _MalformedInput(f"unknown member {', '.join(unknown)}")
         token = document.get("token")
         if not isinstance(token, str) or not token.strip():
             raise _Unusable("no token")
@@ -317,7 +327,7 @@ class _JsonlChecks:
                 return verify(self.keyset, token.strip(), **options)
             return verify_for_output(self.keyset, token.strip(), **options)
         except ValueError as err:  # a binding the token's format cannot carry, and the like
-            raise _Unusable(str(err)) from None
+            raise _MalformedInput(str(err)) from None
 
 
 def _verify_lines(
@@ -334,7 +344,7 @@ def _verify_lines(
     as bytes (``--jsonl``). Stdin with no token on any line is a usage error (exit 2).
     """
     as_json = render is _json_line
-    first_failure = 0
+    worst = 0
     tokens = 0
     sys.stdout.flush()
     out = sys.stdout.buffer
@@ -366,9 +376,9 @@ def _verify_lines(
                     except UnicodeDecodeError:
                         result = check(text)
             except (InvalidToken, _Unusable) as err:
-                first_failure = first_failure or err.exit_code
+                worst = most_severe(worst, err.exit_code)
                 if as_json:
-                    failure = {"code": err.code, "message": str(err)}
+                    failure = failure_json(err)
                     answer(json_report({"line": number, "valid": False, "error": failure}))
                 else:
                     answer(f"rejected: {printable(error_text(err))}")
@@ -377,9 +387,8 @@ def _verify_lines(
     finally:
         write_answers()
     if not tokens:
-        click.echo(f"error: {NO_TOKEN} on stdin", err=True)
-        return 2
-    return first_failure
+        fail(f"{NO_TOKEN} on stdin", 2, "no_token")
+    return worst
 
 
 @click.command("inspect")
@@ -394,8 +403,8 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
     VERIFIED. With the keyset at hand it also checks the tag and lifetime (not the bindings).
     TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects every line, each under its
     line number (with --json one JSON object per line, with "line"); a line that is not a token
-    is reported in its place, and the exit code is that of the first such line (2 for an empty
-    one), after all lines are done.
+    is reported in its place, and the exit code is the most severe of those lines (as for
+    verify -: 6, 5, 4, 1, 3, then 2 for an empty one), after all lines are done.
 
     \b
     Examples:
@@ -417,7 +426,7 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
         text = single_token(source, limit)
         click.echo(_inspected(text, keyset, keyset_source, settings, as_json, None))
         return
-    first_failure, tokens = 0, 0
+    worst, tokens = 0, 0
     for number, line in enumerate(read_lines(sys.stdin.buffer, limit), start=1):
         try:
             if line is None:
@@ -429,9 +438,9 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
             tokens += 1
             shown = _inspected(text, keyset, keyset_source, settings, as_json, number)
         except (InvalidToken, _Unusable) as err:
-            first_failure = first_failure or err.exit_code
+            worst = most_severe(worst, err.exit_code)
             if as_json:
-                failure = {"code": err.code, "message": str(err)}
+                failure = failure_json(err)
                 shown = terminal_json(json_report({"line": number, "error": failure}))
             else:
                 shown = f"line {number}: rejected: {printable(error_text(err))}"
@@ -439,8 +448,8 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
             click.echo()
         click.echo(shown)
     if not tokens:
-        fail(f"{NO_TOKEN} on stdin", 2)
-    raise click.exceptions.Exit(first_failure)
+        fail(f"{NO_TOKEN} on stdin", 2, "no_token")
+    raise click.exceptions.Exit(worst)
 
 
 def _inspected(
