@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .config import KEYSET_JSON_ENV, Settings, load_settings
     from .doctor import diagnose, effective_settings
     from .durations import format_duration, parse_duration
+    from .errors import UnknownHandle
     from .handle_store import open_handle_store
     from .kek import Kek, kek_from_uri
     from .keyfile import (
@@ -77,6 +78,7 @@ __all__ = [
     "ProxyMetrics",
     "Settings",
     "StateGuard",
+    "UnknownHandle",
     "audit_capture",
     "binding_of",
     "build_info",
@@ -127,6 +129,7 @@ _WHERE = {
     "terminal_json": ("_printable", "terminal_json"),
     "url_shown": ("_redis", "shown"),
     "build_info": ("about", "build_info"),
+    "UnknownHandle": ("errors", "UnknownHandle"),
     "diagnose": ("doctor", "diagnose"),
     "effective_settings": ("doctor", "effective_settings"),
     "inspect_handle": ("server_state", "inspect_handle"),
