@@ -320,3 +320,113 @@ def test_completion_reads_an_encrypted_keyset_without_its_kek(tmp_path: Path) ->
     listed = json.loads(run("--keyset", str(path), "keys", "list", "--json").stdout)["keys"]
     offered = _complete(f"mrtr-state --keyset {path} keys promote ")
     assert sorted(offered) == sorted(key["kid"] for key in listed)
+
+
+# --- version, config show, doctor --------------------------------------------------------------
+
+
+def test_version_names_every_part_and_never_fails() -> None:
+    shown = json.loads(run("version", "--json").stdout)
+    assert set(shown) == {"mrtr_state", "python", "cryptography", "openssl", "commit"}
+    assert shown["mrtr_state"] == ms.__version__
+    assert shown["openssl"].startswith("OpenSSL") and shown["commit"] != ""
+    # from this checkout the commit is its HEAD (a wheel says "unknown": tests/test_install.py)
+    import subprocess
+
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert shown["commit"] in (head, "unknown")
+    assert "cryptography " + shown["cryptography"] in " ".join(run("version").stdout.split())
+
+
+def test_config_show_says_where_each_setting_came_from(ks: Path, tmp_path: Path) -> None:
+    config = tmp_path / "mrtr-state.toml"
+    config.write_text('ttl = "2m"\naudience = "from-file"\n')
+    config.chmod(0o600)
+    env = {"MRTR_STATE_TTL_CAP": "30m"}
+    shown = run("--keyset", str(ks), "config", "show", "--json", "--config", str(config), env=env)
+    found = {item["name"]: item for item in json.loads(shown.stdout)["settings"]}
+    assert found["keyset"] == {"name": "keyset", "value": str(ks), "source": "--keyset"}
+    assert found["ttl"]["value"] == 120 and found["ttl"]["source"] == f"config file {config}"
+    assert found["ttl_cap"] == {"name": "ttl_cap", "value": 1800, "source": "MRTR_STATE_TTL_CAP"}
+    assert found["format"] == {"name": "format", "value": "aead", "source": "default"}
+    assert found["config"]["value"] == str(config)
+    text = run("--keyset", str(ks), "config", "show", "--config", str(config), env=env).stdout
+    assert "ttl_cap       1800  (MRTR_STATE_TTL_CAP)" in text
+
+
+def test_config_show_never_prints_a_store_password(ks: Path) -> None:
+    env = {"MRTR_STATE_REPLAY_STORE": "redis://:hunter2secret@127.0.0.1:1/0"}
+    for args in (("config", "show"), ("config", "show", "--json")):
+        assert "hunter2secret" not in run("--keyset", str(ks), *args, env=env).stdout
+
+
+def test_doctor_passes_a_healthy_deployment_and_names_what_fails(ks: Path) -> None:
+    report = json.loads(run("--keyset", str(ks), "doctor", "--json").stdout)
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert report["ok"] is True and statuses == {
+        "keyset": "ok",
+        "keyset mode": "ok",
+        "primary keys": "ok",
+        "kek": "skipped",
+        "replay store": "ok",
+        "clock": "skipped",
+    }
+    # a loose mode fails the keyset and its mode; every check still runs; exit 6, one object
+    ks.chmod(0o644)
+    loose = run("--keyset", str(ks), "doctor", "--json", code=6)
+    report = _one_object(loose.stdout)
+    checks: list[dict[str, str]] = report["checks"]  # type: ignore[assignment]
+    statuses = {check["name"]: check["status"] for check in checks}
+    assert report["ok"] is False and statuses["keyset"] == statuses["keyset mode"] == "failed"
+    assert len(statuses) == 6
+    assert "error: doctor: 3 checks failed: keyset, keyset mode, primary keys" in loose.stderr
+    ks.chmod(0o600)
+    # a format with no primary key, and a replay store that cannot be reached
+    env = {"MRTR_STATE_FORMAT": "mcp-ts", "MRTR_STATE_REPLAY_STORE": "redis://127.0.0.1:1/0"}
+    text = run("--keyset", str(ks), "doctor", env=env, code=6)
+    assert "no primary mcp-ts-v1 key to mint mcp-ts tokens" in text.stdout
+    assert "doctor: 2 checks failed: primary keys, replay store" in text.stderr
+
+
+def test_doctor_checks_the_kek_and_the_clock_of_a_redis_store(tmp_path: Path) -> None:
+    from .helpers import private_redis
+
+    path = tmp_path / "keyset.json"
+    env = {"PASS": "correct horse battery staple", "MRTR_STATE_KEK": "passphrase:env:PASS"}
+    run("--keyset", str(path), "keys", "init", "--kdf-cost", "10", env=env)
+    with private_redis() as (_server, url):
+        report = json.loads(
+            run("--keyset", str(path), "doctor", "--json",
+                env={**env, "MRTR_STATE_REPLAY_STORE": url}).stdout
+        )  # fmt: skip
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert statuses["kek"] == statuses["replay store"] == statuses["clock"] == "ok"
+    wrong = {**env, "PASS": "a wrong but long passphrase"}
+    refused = json.loads(run("--keyset", str(path), "doctor", "--json", env=wrong, code=6).stdout)
+    statuses = {check["name"]: check["status"] for check in refused["checks"]}
+    assert statuses["kek"] == "failed" and statuses["keyset"] == "failed"
+
+
+# --- the man page ------------------------------------------------------------------------------
+
+
+def test_the_man_page_is_what_the_click_commands_make_now() -> None:
+    """docs/man/mrtr-state.1 is made by scripts/man.py (make man) from the commands' own help:
+    a command, option or help text changed without `make man` fails here."""
+    import importlib.util
+
+    from .helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("man_script", ROOT / "scripts" / "man.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    page = script.render()
+    assert (ROOT / "docs" / "man" / "mrtr-state.1").read_text(encoding="utf-8") == page, (
+        "the man page is stale: run make man"
+    )
+    for needed in (".TH MRTR\\-STATE 1", '.SS "mrtr-state keys promote"', "\\-\\-dry\\-run"):
+        assert needed in page
+    assert ".SH EXIT STATUS" in page and "130" in page
