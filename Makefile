@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo example lint docs test bench fuzz lock clean
+.PHONY: help install demo example lint docs man test bench fuzz lock clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -41,6 +41,9 @@ $(DOCS_STAMP): $(STAMP) requirements/docs.txt
 
 docs: $(DOCS_STAMP) ## Build the documentation site into build/site (strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+man: $(STAMP) ## Write the man page docs/man/mrtr-state.1 from the click commands
+	$(BIN)/python scripts/man.py
 
 test: lint docs ## Lint, build the docs, then the whole test suite (fails if no test ran)
 	$(BIN)/python -m pytest

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         TimeWindowError,
         UnknownHandle,
         UnknownKey,
+        UnknownKeyId,
         WrongFormat,
     )
     from .keyset import Key, Keyset
@@ -106,6 +107,7 @@ _WHERE = {
     "TimeWindowError": "errors",
     "UnknownHandle": "errors",
     "UnknownKey": "errors",
+    "UnknownKeyId": "errors",
     "WrongFormat": "errors",
     "arguments_digest": "claims",
     "inspect": "tokens",
@@ -189,6 +191,7 @@ __all__ = [
     "TimeWindowError",
     "UnknownHandle",
     "UnknownKey",
+    "UnknownKeyId",
     "WrongFormat",
     "__version__",
     "arguments_digest",

@@ -17,10 +17,13 @@ if TYPE_CHECKING:
     from ._encoding import EncodingError, json_dumps, json_loads, report_json
     from ._printable import printable, terminal_json
     from ._redis import shown as url_shown
+    from .about import build_info
     from .audit import FINDING_KINDS, audit_capture
     from .binding import binding_of
     from .config import KEYSET_JSON_ENV, Settings, load_settings
+    from .doctor import diagnose, effective_settings
     from .durations import format_duration, parse_duration
+    from .errors import UnknownHandle
     from .handle_store import open_handle_store
     from .kek import Kek, kek_from_uri
     from .keyfile import (
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
         secret_length_ok,
         secret_rule,
     )
+    from .server_state import inspect_handle, verify_handle
 
 __all__ = [
     "FINDING_KINDS",
@@ -74,15 +78,20 @@ __all__ = [
     "ProxyMetrics",
     "Settings",
     "StateGuard",
+    "UnknownHandle",
     "audit_capture",
     "binding_of",
+    "build_info",
     "check_period",
     "check_retention",
     "check_writable",
     "decode_secret",
+    "diagnose",
     "due_list",
+    "effective_settings",
     "encode_secret",
     "format_duration",
+    "inspect_handle",
     "json_dumps",
     "json_lines",
     "json_loads",
@@ -106,6 +115,7 @@ __all__ = [
     "terminal_json",
     "timeline",
     "url_shown",
+    "verify_handle",
     "write_secret_file",
 ]
 
@@ -118,6 +128,12 @@ _WHERE = {
     "printable": ("_printable", "printable"),
     "terminal_json": ("_printable", "terminal_json"),
     "url_shown": ("_redis", "shown"),
+    "build_info": ("about", "build_info"),
+    "UnknownHandle": ("errors", "UnknownHandle"),
+    "diagnose": ("doctor", "diagnose"),
+    "effective_settings": ("doctor", "effective_settings"),
+    "inspect_handle": ("server_state", "inspect_handle"),
+    "verify_handle": ("server_state", "verify_handle"),
     "FINDING_KINDS": ("audit", "FINDING_KINDS"),
     "audit_capture": ("audit", "audit_capture"),
     "binding_of": ("binding", "binding_of"),

@@ -57,6 +57,7 @@ __all__ = [
     "TimeWindowError",
     "UnknownHandle",
     "UnknownKey",
+    "UnknownKeyId",
     "WrongFormat",
 ]
 
@@ -229,6 +230,17 @@ class KeysetNotFound(KeysetError):
 
 class KeysetExists(KeysetError):
     code = "keyset_exists"
+
+
+class UnknownKeyId(KeysetError):
+    """A key id the caller named (to promote, retire or export) that the keyset does not hold.
+
+    The caller's mistake, not the keyset's: the CLI exits 2 (usage), as for any argument that
+    names nothing. Still a :class:`KeysetError`, so code catching those keeps working.
+    """
+
+    code = "unknown_key_id"
+    exit_code = 2
 
 
 class KeysetPermissions(KeysetError):

@@ -318,7 +318,8 @@ class Keyset:
         return len(self._current().keys)
 
     def __repr__(self) -> str:
-        return f"Keyset({self.source!r}, {len(self)} keys)"
+        count = len(self)
+        return f"Keyset({self.source!r}, {count} key{'' if count == 1 else 's'})"
 
     def derived(self, purpose: str, build: Callable[[tuple[Key, ...]], T]) -> T:
         """A look-up table built once per version of the keyset, e.g. exact JOSE headers.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .durations import format_duration as ago
-from .errors import KeysetInvalid
+from .errors import KeysetInvalid, UnknownKeyId
 from .keyset import ALGORITHMS, Key, Keyset
 from .policy import (
     DEFAULT_PROPAGATION,
@@ -72,7 +72,7 @@ def _replace(keyset: Keyset, changed: dict[str, Key]) -> Keyset:
 def _find(keyset: Keyset, kid: str) -> Key:
     key = keyset.get(kid)
     if key is None:
-        raise KeysetInvalid(f"{keyset.source} has no key {kid}").needing("list_keys")
+        raise UnknownKeyId(f"{keyset.source} has no key {kid}").needing("list_keys")
     return key
 
 

@@ -429,6 +429,15 @@ class RedisStore:
             )
         return outcome == 1
 
+    def probe(self) -> float:
+        """Reach the server and run the checks a redemption runs first (its clock, its
+        eviction policy); the server's clock minus this host's, in seconds. For ``doctor``."""
+        try:
+            self._check_server()
+        except self._redis_error as err:
+            raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
+        return self._offset
+
     def _check_server(self) -> None:
         before = time.time()
         seconds, micros = self._client.time()

@@ -38,7 +38,14 @@ _ERROR_CLASSES = {
     for name, value in vars(errors).items()
     if isinstance(value, type) and issubclass(value, Exception)
 }
-_OTHER_CLASSES = {"ValueError", "EncodingError", "ConfigError", "_Unusable"}
+_OTHER_CLASSES = {
+    "ValueError",
+    "EncodingError",
+    "ConfigError",
+    "_Unusable",
+    "_MalformedInput",
+    "NoToken",
+}
 _CLICK = {"UsageError", "BadParameter", "ClickException"}
 
 

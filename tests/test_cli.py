@@ -50,7 +50,8 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 def test_every_command_is_listed() -> None:
-    assert len(_commands(cli)) == 20  # 9 top-level commands, the keys group and its 11
+    # 12 top-level commands, the keys group and its 11, the config group and its show
+    assert len(_commands(cli)) == 24
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
@@ -241,7 +242,7 @@ def test_verify_json_reports_the_error_code(ks: Path) -> None:
     result = run("--keyset", str(ks), "verify", "--json", "-p", "bob", token, code=4)
     assert json.loads(result.stdout) == {
         "valid": False,
-        "error": {"code": "principal_mismatch", "message": "principal mismatch"},
+        "error": {"code": "principal_mismatch", "message": "principal mismatch", "exit_code": 4},
     }
     assert result.stderr == "error: principal mismatch\n"
 
@@ -482,6 +483,9 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("keys", "add"): ["--alg", "HS256"],
         ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
         ("keys", "list"): [],
+        ("version",): [],
+        ("config", "show"): [],
+        ("doctor",): [],
         ("keys", "export"): [kid, "--stdout"],
         ("keys", "promote"): [kid, "--force"],
         ("keys", "prune"): ["--dry-run"],

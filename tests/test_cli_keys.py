@@ -50,7 +50,7 @@ def test_add_promote_and_the_old_primary_keeps_verifying(path: Path) -> None:
     assert json.loads(new_token)["kid"] == added["kid"]
     assert (
         "no key 00000000"
-        in run("--keyset", str(path), "keys", "promote", "00000000", code=6).stderr
+        in run("--keyset", str(path), "keys", "promote", "00000000", code=2).stderr
     )
 
 
@@ -245,8 +245,23 @@ def test_rotate_is_one_safe_step_and_says_what_it_did(path: Path) -> None:
     assert [k["status"] for k in keys(path)] == ["primary", "pending"]
     run("--keyset", str(path), "rotate", "--propagation", "0")
     assert [k["status"] for k in keys(path)] == ["active", "primary"]
-    too_short = run("--keyset", str(path), "rotate", "--retention", "10m", code=6)
+    # issue 38: a bad value on the command line is a usage error (2); the same value read from
+    # the config file is the operator's configuration (6)
+    too_short = run("--keyset", str(path), "rotate", "--retention", "10m", code=2)
     assert "shorter than the ttl cap" in too_short.stderr
+    bad = run(
+        "--keyset", str(path), "rotate", "--every", "2s", "--propagation", "1s",
+        "--retention", "2s", "--json", code=2,
+    )  # fmt: skip
+    assert json.loads(bad.stdout)["error"]["exit_code"] == 2
+    config = path.parent / "mrtr-state.toml"
+    config.write_text('retention = "10m"\n')
+    config.chmod(0o600)
+    from_config = run("--keyset", str(path), "--config", str(config), "rotate", code=6)
+    assert "shorter than the ttl cap" in from_config.stderr
+    config.write_text('rotate_every = "10m"\n')
+    run("--keyset", str(path), "--config", str(config), "rotate", code=6)
+    assert [k["status"] for k in keys(path)] == ["active", "primary"]  # nothing was changed
 
 
 def test_an_inline_keyset_from_the_environment_is_read_only(path: Path, tmp_path: Path) -> None:

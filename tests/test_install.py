@@ -6,6 +6,7 @@ installs as its Dockerfile installs it, hashes checked."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -128,6 +129,22 @@ def test_a_clean_environment_runs_the_cli_from_the_wheel(wheel: Path, tmp_path: 
     run("keys", "init")
     token = run("mint", "--principal", "alice", "--state", '{"step":2}').strip()
     assert run("verify", "--principal", "alice", token) == '{"step":2}\n'
+    # issue 38, as a user of the installed wheel runs it: version says "unknown" for a commit it
+    # cannot know; a usage error with --json is one object on stdout and exit 2; a dry run
+    # writes nothing; doctor passes a fresh keyset
+    shown_version = json.loads(run("version", "--json"))
+    assert shown_version["commit"] == "unknown" and shown_version["mrtr_state"] != "unknown"
+    for args in (("keys", "promote", "--json", "deadbeef"), ("verify", "--json", "")):
+        refused = subprocess.run(
+            [cli, "--keyset", keyset, *args], capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert json.loads(refused.stdout)["error"]["exit_code"] == 2
+        assert refused.stderr.splitlines()[-1].startswith("error: ")
+    before = Path(keyset).read_bytes()
+    assert run("keys", "add", "--dry-run").startswith("would add a pending A256GCM key")
+    assert Path(keyset).read_bytes() == before
+    assert "primary keys  ok" in run("doctor")
     # the core pulls in click and cryptography only: no HTTP stack, no SDK, no dev tool
     probe = (
         "import importlib.util as u; print([m for m in "

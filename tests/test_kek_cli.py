@@ -390,11 +390,16 @@ def test_keys_list_of_a_damaged_member_is_one_error_line_and_exit_6(
         message = "is not a JSON object"
     for args in (("keys", "list"), ("keys", "list", "--json")):
         refused = run("--keyset", str(path), *args, code=6)
-        assert refused.stdout == ""
+        if "--json" in args:  # with --json, the failure is one JSON object on stdout too
+            assert refused.stdout.count("\n") == 1, refused.stdout
+            failure = json.loads(refused.stdout)["error"]
+            assert failure["exit_code"] == 6 and message in failure["message"]
+        else:
+            assert refused.stdout == ""
         lines = refused.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), refused.stderr
         assert message in lines[0]
-        assert_inert(refused.stderr)
+        assert_inert(refused.stderr, refused.stdout)
 
 
 def test_keys_list_shows_an_rmcp_key_id_inert_with_and_without_the_kek(sealed: Path) -> None:

@@ -17,7 +17,7 @@ PACKAGE = Path(mrtr_state.__file__).resolve().parent
 #: Lowest first. A module may import from its own layer's other modules only where listed in
 #: SIDEWAYS, and from any layer below.
 LAYERS: list[set[str]] = [
-    {"errors", "policy", "_entropy", "_printable", "durations", "_redis", "keyview"},
+    {"errors", "policy", "_entropy", "_printable", "durations", "_redis", "keyview", "about"},
     {"_encoding", "_surrogates", "_resp"},
     {"_primitives", "key_derivation"},
     {"claims", "binding", "_principal"},
@@ -38,7 +38,7 @@ LAYERS: list[set[str]] = [
     {"inspection"},
     {"tokens"},
     {"mcp", "lifecycle", "config"},
-    {"sdk_codec", "server_state", "audit", "proxy"},
+    {"sdk_codec", "server_state", "audit", "proxy", "doctor"},
     {"_cli_api", "__init__", "__main__", "_launch"},
     {"cli"},
 ]

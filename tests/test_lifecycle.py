@@ -47,8 +47,9 @@ def test_promote_demotes_the_old_primary_which_keeps_verifying() -> None:
 
 def test_promote_refuses_unknown_and_retired_keys() -> None:
     keyset = one_alg()
-    with pytest.raises(ms.KeysetInvalid, match="no key 00000000"):
+    with pytest.raises(ms.UnknownKeyId, match="no key 00000000") as refused:
         life.promote(keyset, "00000000", now=NOW)
+    assert isinstance(refused.value, ms.KeysetError) and refused.value.exit_code == 2
     kid = keyset.primary("A256GCM").kid
     retired, _change, _cut = life.retire(keyset, kid, now=NOW, retention=RETENTION)
     with pytest.raises(ms.KeysetInvalid, match="retired and cannot be promoted"):

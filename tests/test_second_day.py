@@ -111,7 +111,7 @@ def test_verify_batch_answers_an_empty_line_in_its_place(ks: Path) -> None:
     assert answers[1] == {
         "line": 2,
         "valid": False,
-        "error": {"code": "no_token", "message": "empty line"},
+        "error": {"code": "no_token", "message": "empty line", "exit_code": 2},
     }
 
 
@@ -148,7 +148,11 @@ def test_verify_jsonl_checks_each_line_with_its_own_bindings(ks: Path) -> None:
     answers = [json.loads(line) for line in out.splitlines()]
     assert [a["valid"] for a in answers] == [True, True, False, False, False, False]
     assert answers[2]["error"]["code"] == "principal_mismatch"
-    assert answers[3]["error"]["code"] == "no_token"
+    # issue 38: a line that is not the request it should be is malformed input; one that
+    # names no token is no_token; both exit 2, below the principal mismatch (4)
+    assert answers[3]["error"]["code"] == "malformed_input"
+    assert answers[4]["error"]["code"] == "no_token"
+    assert answers[5]["error"]["code"] == "malformed_input"
     # options on the command line are defaults that a line's own members replace
     defaults = json.dumps({"token": alice, "request_id": "req-1"}) + "\n"
     assert run("-k", str(ks), "verify", "--jsonl", "-p", "alice", "-", input=defaults).stdout

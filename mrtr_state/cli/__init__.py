@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -17,8 +18,11 @@ from ._group import (
     CONFIG_HELP,
     KEK_HELP,
     KEYSET_HELP,
+    OUTPUT,
     App,
     ErrorMappingGroup,
+    report_failure,
+    show_click_error,
     with_global_options,
 )
 
@@ -34,11 +38,17 @@ _COMMANDS = {
     "seal": "tokens:seal_cmd",
     "unseal": "tokens:unseal_cmd",
     "proxy": "proxy:proxy_cmd",
+    "version": "diagnostics:version_cmd",
+    "config": "diagnostics:config_group",
+    "doctor": "diagnostics:doctor_cmd",
 }
 # What `mrtr-state --help` lists, so that listing imports no command module. A test checks that
 # each line is the start of its command's own help.
 SUMMARIES = {
     "audit": "Audit a captured MCP session (JSON Lines).",
+    "config": "Show the settings in force and where each came from.",
+    "doctor": "Check the keyset, its file mode and primary keys, the KEK, the replay store and "
+    "the clock.",
     "inspect": "Show what TOKEN (or stdin) is made of, verified if a keyset is found.",
     "keys": "Create, list and move keys through their lifecycle.",
     "mint": "Mint a requestState token; print it alone on stdout.",
@@ -47,6 +57,8 @@ SUMMARIES = {
     "seal": "Seal the bytes on stdin into a token (no claims).",
     "unseal": "Check TOKEN (or stdin) and write its sealed payload to stdout.",
     "verify": "Verify TOKEN (or each line of stdin); print its state.",
+    "version": "Print the versions of mrtr-state, Python, cryptography and OpenSSL, and the git "
+    "commit.",
 }
 
 
@@ -59,6 +71,36 @@ class LazyGroup(ErrorMappingGroup):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, SUMMARIES[name]) for name in self.list_commands(ctx)])
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's main, except that every failure is said one way (``error:`` on stderr, and
+        one JSON object on stdout with --json), Ctrl-C exits 130 (never 1, which means
+        "rejected") and a closed stdout ends a batch quietly."""
+        argv = list(sys.argv[1:] if args is None else args)
+        OUTPUT.reset(argv)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            sys.stderr.write("\n")
+            report_failure("interrupted", "interrupted", INTERRUPTED)
+            code = INTERRUPTED
+        except click.ClickException as err:
+            show_click_error(err)
+            code = err.exit_code
+        except BrokenPipeError:  # `mrtr-state verify - < big | head` closes our stdout early
+            sys.stderr.close()
+            code = 1
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = _COMMANDS.get(cmd_name)
@@ -103,7 +145,7 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | N
       mrtr-state inspect "$TOKEN"
 
     Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
-    5 replayed, 6 keyset or config error.
+    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 130 interrupted.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
@@ -115,17 +157,5 @@ INTERRUPTED = 130
 
 
 def main() -> None:
-    """Run the CLI: click's own handling, except that Ctrl-C exits 130 (never 1, which means
-    "rejected") and a closed stdout ends a batch quietly."""
-    try:
-        code = cli.main(prog_name="mrtr-state", standalone_mode=False)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        sys.stderr.write("\ninterrupted\n")
-        sys.exit(INTERRUPTED)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
-    except BrokenPipeError:  # `mrtr-state verify - < big | head` closes our stdout early
-        sys.stderr.close()
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    """Run the CLI (see :meth:`LazyGroup.main` for how it ends)."""
+    cli.main(prog_name="mrtr-state")

@@ -22,11 +22,13 @@ from .._cli_api import (
 )
 
 # The group machinery, re-exported: command modules take everything shared from here.
+from ._group import OUTPUT, report_failure
 from ._group import App as App
 from ._group import ErrorMappingGroup as ErrorMappingGroup
 from ._group import error_text as error_text
 
 if TYPE_CHECKING:
+    from .. import MrtrStateError
     from .._cli_api import Kek, Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,17 +41,39 @@ def json_report(value: Any) -> str:
 
 
 def emit_json(value: Any) -> None:
-    """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``)."""
+    """Print ``value`` as one line of JSON, inert on a terminal (see ``_printable``): the one
+    object of this outcome, so a failure after it adds no second one."""
     from .._cli_api import terminal_json
 
     click.echo(terminal_json(json_report(value)))
+    OUTPUT.emitted = True
 
 
-def fail(message: str, code: int) -> NoReturn:
-    from .._cli_api import printable
+def fail(message: str, exit_code: int, code: str = "usage") -> NoReturn:
+    """End the command: ``message`` on stderr (and as JSON with --json), exit ``exit_code``."""
+    report_failure(message, code, exit_code)
+    raise click.exceptions.Exit(exit_code)
 
-    click.echo(f"error: {printable(message)}", err=True)
-    raise click.exceptions.Exit(code)
+
+def failure_json(err: MrtrStateError) -> dict[str, Any]:
+    """The ``error`` member of a --json answer that reports ``err``."""
+    return {"code": err.code, "message": str(err), "exit_code": err.exit_code}
+
+
+#: Which exit code a batch (``verify -``, ``inspect -``) ends with when its lines failed in
+#: different ways: the most severe, first here. A store or keyset that failed mid-batch means
+#: lines went unchecked; a replay or a binding mismatch is an authentic token in the wrong hands;
+#: a rejection (forged, malformed, unknown key) outranks an expiry, and a line that held no token
+#: at all (2) ranks last, so an empty line never hides a real refusal.
+SEVERITY = (6, 5, 4, 1, 3, 2)
+
+
+def most_severe(current: int, new: int) -> int:
+    """The exit code of a batch after a line that failed with ``new`` (see :data:`SEVERITY`)."""
+    if current == 0:
+        return new
+    rank = {code: n for n, code in enumerate(SEVERITY)}
+    return new if rank.get(new, 0) < rank.get(current, 0) else current
 
 
 # --- shared options -------------------------------------------------------------------------
@@ -92,12 +116,17 @@ def binding_options(func: F) -> F:
         ),
         click.option("--target", metavar="T", help="Tool name, prompt name or resource URI."),
         click.option("--arguments", metavar="JSON", help="Request arguments as a JSON object."),
-        click.option("--bind", metavar="VALUE", help="mcp-ts only: the SDK's bind value."),
+        click.option(
+            "--bind",
+            metavar="VALUE",
+            help="mcp-ts, mcp-rs and mcp-rs2: the SDK's bind value (mcp-rs and mcp-rs2 "
+            "authenticate it with the tag, so a wrong one is refused as a bad signature).",
+        ),
         click.option(
             "--bind-file",
             metavar="FILE",
-            help="mcp-ts only: the bind value as the bytes of FILE, exactly (NUL bytes and "
-            "newlines included; nothing is stripped).",
+            help="The bind value as the bytes of FILE, exactly (NUL bytes and newlines "
+            "included; nothing is stripped).",
         ),
     ]
     for option in reversed(options):
@@ -209,6 +238,12 @@ def token_source(token: str | None) -> str:
 NO_TOKEN = "no token"
 
 
+class NoToken(click.UsageError):
+    """No token at all where one was needed: a usage error, said as ``no_token`` in --json."""
+
+    code = "no_token"
+
+
 def single_token(token: str | None, limit: int) -> str:
     """The one token given as an argument, @FILE or on stdin, stripped of surrounding
     whitespace (terminals and editors add newlines). Input is read only up to ``limit``.
@@ -233,13 +268,13 @@ def single_token(token: str | None, limit: int) -> str:
     else:
         text = source.strip()
         if not text:
-            raise click.UsageError(f"{NO_TOKEN}: the TOKEN argument is empty")
+            raise NoToken(f"{NO_TOKEN}: the TOKEN argument is empty")
         return text
     if data is None:  # the same refusal as a long argument: a token, and too long
         raise OversizedToken(f"the token {where} is over the {limit}-byte size cap")
     text = data.decode("ascii", "replace").strip()
     if not text:
-        raise click.UsageError(f"{NO_TOKEN} {where}")
+        raise NoToken(f"{NO_TOKEN} {where}")
     return text
 
 

@@ -30,8 +30,11 @@ KEK_HELP = (
 def _remember_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Option callback: a --keyset or --config given here beats one given further out."""
     app = ctx.find_object(App)
-    if value is not None and app is not None:
-        setattr(app, f"{param.name}_flag", value)
+    if value is not None:
+        # shell completion parses without running the group, so no App exists: it reads these
+        ctx.meta[f"mrtr_state.{param.name}"] = value
+        if app is not None:
+            setattr(app, f"{param.name}_flag", value)
 
 
 def with_global_options(command: click.Command) -> click.Command:
@@ -88,6 +91,58 @@ def error_text(err: MrtrStateError) -> str:
     return f"{err}; {hint}"
 
 
+class Output:
+    """What this run has promised its caller on stdout: with ``--json``, exactly one JSON object
+    per outcome, a failure included. Reset at the start of every run (tests run many in one
+    process)."""
+
+    __slots__ = ("emitted", "json")
+
+    def __init__(self) -> None:
+        self.json = False  # --json was asked for
+        self.emitted = False  # a JSON object has been written for this outcome
+
+    def reset(self, args: list[str]) -> None:
+        # --json is seen in the arguments as typed, so that a mistake click finds while parsing
+        # (before any option's value is known) is answered in JSON too
+        before_end = args[: args.index("--")] if "--" in args else args
+        self.json = "--json" in before_end
+        self.emitted = False
+
+
+OUTPUT = Output()
+
+
+def report_failure(message: str, code: str, exit_code: int) -> None:
+    """Say a failure: one ``error:`` line on stderr, and with --json one object on stdout
+    (unless the command has already written its own object for this outcome)."""
+    shown = printable(message)
+    click.echo(f"error: {shown}", err=True)
+    if OUTPUT.json and not OUTPUT.emitted:
+        from .._cli_api import json_dumps, terminal_json
+
+        failure = {"code": code, "message": shown, "exit_code": exit_code}
+        click.echo(terminal_json(json_dumps({"error": failure})))
+        OUTPUT.emitted = True
+
+
+def show_click_error(err: click.ClickException) -> None:
+    """A click error (a usage mistake, mostly) as every other failure is said: ``error:`` in
+    lower case, after click's usage line and hint, and as JSON with --json."""
+    if isinstance(err, click.exceptions.NoArgsIsHelpError):  # no arguments: the help, exit 2
+        err.show()
+        return
+    if isinstance(err, click.UsageError) and err.ctx is not None:
+        ctx = err.ctx
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            option = max(ctx.command.get_help_option_names(ctx), key=len)
+            hint = f"Try '{ctx.command_path} {option}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True, color=ctx.color)
+    code = getattr(err, "code", None) or ("usage" if err.exit_code == 2 else "error")
+    report_failure(err.format_message(), code, err.exit_code)
+
+
 class ErrorMappingGroup(click.Group):
     """A group that turns library errors into one stderr line and the documented exit code.
 
@@ -97,11 +152,22 @@ class ErrorMappingGroup(click.Group):
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         super().add_command(with_global_options(cmd), name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its whole first sentence: click cuts them at 45 characters."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MrtrStateError as err:
-            click.echo(f"error: {printable(error_text(err))}", err=True)
+            report_failure(error_text(err), err.code, err.exit_code)
             ctx.exit(err.exit_code)
         except ValueError as err:  # the library's word for a bad argument: a usage error
             raise click.UsageError(printable(str(err))) from None

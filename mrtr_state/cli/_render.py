@@ -116,3 +116,21 @@ def key_table(keys: Iterable[Key], *, now: float, timeline: Callable[[Key], str]
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
         for row in rows
     )
+
+
+def handle_record(report: dict[str, Any], *, now: float) -> str:
+    """The human view of :func:`mrtr_state.server_state.inspect_handle`'s report."""
+    lines = [_row("format", "state handle (the state is in the store, not in the handle)")]
+    lines.append(_row("record", f"...{report['ref']} (the last 8 characters of its store key)"))
+    owner = report.get("own")
+    lines.append(_row("owner", "none (anonymous)" if owner is None else f"{owner} (salted digest)"))
+    lines.append(_row("audience", printable(str(report.get("aud") or "none"))))
+    lines.append(_row("request", printable(str(report.get("rid") or "none"))))
+    lines.extend(_time_line({"iat": report.get("iat"), "exp": report.get("exp")}, now))
+    if "state" in report:
+        lines.append(_row("state", printable(json.dumps(report["state"], ensure_ascii=False))))
+    else:
+        lines.append(_row("state", "kept in the store (--show-state prints it)"))
+    verdict = click.style("NOT VERIFIED", fg="red", bold=True)
+    lines.append(_row("result", f"{verdict}: no binding checked; verify does that"))
+    return "\n".join(lines)

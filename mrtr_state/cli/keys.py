@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .. import Key, Keyset, KeysetError
+from .. import Key, Keyset, KeysetError, UnknownKeyId
 from .. import _cli_api as life
 from .._cli_api import (
     KEY_ALGORITHMS,
@@ -44,6 +44,7 @@ from ._common import (
     pass_app,
     wrapping_kek,
 )
+from ._complete import complete_kid
 from .keys_encryption import keys_decrypt, keys_encrypt, keys_rewrap
 
 _ALG = click.Choice(list(KEY_ALGORITHMS))
@@ -190,15 +191,17 @@ def keys_init(
 @click.option(
     "--alg", type=_ALG, help="Algorithm of the new key [default: that of the configured format]."
 )
+@click.option("--dry-run", is_flag=True, help="Say what would be added; write nothing.")
 @json_option
 @pass_app
-def keys_add(app: App, alg: str | None, as_json: bool) -> None:
+def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
     """Add a new key: pending (verify-only) while its algorithm has a primary, else primary.
 
     Roll the keyset out to every replica, then promote the pending key.
 
     \b
     Examples:
+      mrtr-state keys add --alg HS256 --dry-run
       mrtr-state keys add --alg HS256
       KID=$(mrtr-state keys add --json | jq -r .kid)
     """
@@ -212,10 +215,19 @@ def keys_add(app: App, alg: str | None, as_json: bool) -> None:
         added.append(key)
         return changed
 
-    Keyset.update(path, add, kek=app.kek(settings))
+    if dry_run:
+        add(Keyset.load(path, reload_interval=None, kek=app.kek(settings)))
+    else:
+        Keyset.update(path, add, kek=app.kek(settings))
     key = added[-1]
-    if as_json:
-        emit_json({"keyset": str(path), **key.describe()})
+    if dry_run:  # the id is drawn from the new secret: a real run draws another
+        if as_json:
+            described = {**key.describe(), "kid": None, "kid_chosen_at_run_time": True}
+            emit_json({"keyset": str(path), "dry_run": True, **described})
+        else:
+            click.echo(f"would add a {key.status} {key.alg} key {_RUN_TIME_KID} to {path}")
+    elif as_json:
+        emit_json({"keyset": str(path), "dry_run": False, **key.describe()})
     else:
         click.echo(f"added {key.status} {key.alg} key {key.kid} to {path}")
 
@@ -315,7 +327,7 @@ def _env_secret(name: str) -> bytes:
 
 
 @keys.command("export")
-@click.argument("kid")
+@click.argument("kid", shell_complete=complete_kid)
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -341,7 +353,7 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
     keyset = app.keyset(settings)
     key = keyset.get(kid)
     if key is None:
-        raise KeysetError(f"{settings.keyset_source} has no key {kid}")
+        raise UnknownKeyId(f"{settings.keyset_source} has no key {kid}").needing("list_keys")
     data = encode_secret(key.secret, encoding)
     if to_stdout:
         sys.stdout.buffer.write(data)
@@ -353,15 +365,16 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
 
 
 @keys.command("promote")
-@click.argument("kid")
+@click.argument("kid", shell_complete=complete_kid)
 @click.option(
     "--force",
     is_flag=True,
     help="Promote a pending key before its propagation delay has passed.",
 )
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 @json_option
 @pass_app
-def keys_promote(app: App, kid: str, force: bool, as_json: bool) -> None:
+def keys_promote(app: App, kid: str, force: bool, dry_run: bool, as_json: bool) -> None:
     """Make pending key KID the primary; the old primary becomes active (verify-only).
 
     Promote only once every replica has the keyset that holds KID: a key pending for less than
@@ -369,7 +382,8 @@ def keys_promote(app: App, kid: str, force: bool, as_json: bool) -> None:
     active key (a roll-back) is promoted at once.
 
     \b
-    Example:
+    Examples:
+      mrtr-state keys promote 1a2b3c4d --dry-run
       mrtr-state keys promote 1a2b3c4d
     """
     settings = app.settings()
@@ -378,14 +392,14 @@ def keys_promote(app: App, kid: str, force: bool, as_json: bool) -> None:
     _step(
         path,
         lambda current: life.promote(current, kid, now=_now(), propagation=wait),
-        dry_run=False,
+        dry_run=dry_run,
         as_json=as_json,
         kek=app.kek(settings),
     )
 
 
 @keys.command("retire")
-@click.argument("kid")
+@click.argument("kid", shell_complete=complete_kid)
 @click.option("--yes", "-y", is_flag=True, help="Retire even the primary without asking.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
 @json_option
@@ -637,14 +651,21 @@ def rotate(
     keep = settings.retention if retention is None else retention
     period = settings.rotate_every if every is None else every
     # checked here too (rotate refuses them as well) so that nothing is created first, each
-    # with its exit code: --every is an argument (2), retention comes from the settings (6)
+    # with its exit code: a flag on this command line is a usage error (2), a setting from the
+    # config or the environment a config error (6)
     try:
         life.check_period(period, wait)
     except ValueError as err:
-        raise click.UsageError(str(err)) from None
+        if every is not None or propagation is not None:
+            raise click.UsageError(str(err)) from None
+        raise KeysetError(str(err)) from None
     try:
         life.check_retention(keep, ttl_cap)
     except ValueError as err:
+        # a --retention on this command line is the caller's mistake; one from the config
+        # or the environment is the operator's
+        if retention is not None:
+            raise click.UsageError(str(err)) from None
         raise KeysetError(str(err)) from None
     created: list[life.Change] = []
     if init_if_missing and not path.exists():

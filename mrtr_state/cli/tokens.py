@@ -33,9 +33,11 @@ from ._common import (
     emit_json,
     error_text,
     fail,
+    failure_json,
     format_option,
     json_option,
     json_report,
+    most_severe,
     pass_app,
     read_state,
     request_binding,
@@ -49,6 +51,17 @@ from ._stdin import read_lines
 
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def state_store_option(func: F) -> F:
+    """--state-store URL: TOKEN is a state handle whose record is in that store."""
+    return click.option(
+        "--state-store",
+        metavar="URL",
+        help="TOKEN is a state handle (mh1.) kept in this store: redis://..., "
+        "redis+cluster://..., redis+sentinel://... (as proxy --state-store).",
+    )(func)
 
 
 @click.command()
@@ -129,11 +142,18 @@ def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Unusable(MrtrStateError):
-    """A line of a batch that holds no token to check: empty, or (with --jsonl) not a usable
-    request. Answered in its place like a rejection, but with the usage exit code."""
+    """A line of a batch that holds no token to check: empty, or (with --jsonl) an object
+    without one. Answered in its place like a rejection, but with the usage exit code."""
 
     code = "no_token"
     exit_code = 2
+
+
+class _MalformedInput(_Unusable):
+    """A --jsonl line that is not the request it should be: not JSON, not an object, an unknown
+    member, a binding no token can carry. The input is wrong, not a token: exit 2 too."""
+
+    code = "malformed_input"
 
 
 @click.command("verify")
@@ -152,6 +172,7 @@ class _Unusable(MrtrStateError):
     help="Each stdin line is a JSON object: the token and its own bindings (principal, "
     "audience, request_id or method/target/arguments, bind); options given here are defaults.",
 )
+@state_store_option
 @ttl_cap_option
 @json_option
 @click.argument("token", required=False)
@@ -170,22 +191,25 @@ def verify_cmd(
     once: bool,
     replay_store: str | None,
     jsonl: bool,
+    state_store: str | None,
     ttl_cap: int | str | None,
     as_json: bool,
     token: str | None,
 ) -> None:
     """Verify TOKEN (or each line of stdin for -); print its state.
 
-    Text output is the state as JSON; --json prints every claim. A rejection names its reason on
-    stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset problem); no
-    token at all (an empty argument, empty stdin) exits 2. With - each input line gives one
-    output line, the state or "rejected: REASON" (an empty line is "rejected: empty line"), and
-    the exit code is that of the first rejection. TOKEN may also be @FILE; with no TOKEN, a pipe
-    or file on stdin is read as with -. With --jsonl each line carries its own token and
-    bindings, for a capture whose tokens belong to different principals and requests. With
-    --once a token already redeemed exits 5: give --replay-store sqlite:///PATH or redis://...
-    so that what one run redeems binds the next (memory: spans a single "verify -" run only);
-    an unreachable store exits 6.
+    Text output is the state as JSON; --json prints every claim. With --state-store URL, TOKEN
+    is a state handle (mh1.): its record is read from that store and checked as a retry stating
+    these bindings would be, and taken (single use) only with --once. A rejection names its
+    reason on stderr and exits 1 (invalid), 3 (expired), 4 (binding mismatch) or 6 (keyset
+    problem); no token at all (an empty argument, empty stdin) exits 2. With - each input line
+    gives one output line, the state or "rejected: REASON" (an empty line is "rejected: empty
+    line"), and the exit code is the most severe of the rejections: 6, 5, 4, 1, 3, then 2. TOKEN
+    may also be @FILE; with no TOKEN, a pipe or file on stdin is read as with -. With --jsonl
+    each line carries its own token and bindings, for a capture whose tokens belong to different
+    principals and requests. With --once a token already redeemed exits 5: give --replay-store
+    sqlite:///PATH or redis://... so that what one run redeems binds the next (memory: spans a
+    single "verify -" run only); an unreachable store exits 6.
 
     \b
     Examples:
@@ -194,7 +218,30 @@ def verify_cmd(
       mrtr-state verify --json --audience fleet - < captured-tokens.txt
       mrtr-state verify --jsonl --json - < checks.jsonl
       mrtr-state verify --once --replay-store sqlite:////var/lib/mcp/replay.db "$TOKEN"
+      mrtr-state verify --state-store redis://10.0.0.7:6379/0 -p alice --audience /mcp \\
+          --method tools/call --target deploy --arguments '{"env":"prod"}' "$HANDLE"
     """
+    if state_store is not None:
+        _verify_handle(
+            app,
+            state_store,
+            token,
+            once=once,
+            stated={
+                "principal": principal,
+                "audience": audience,
+                "request": (request_id, method, target, arguments),
+            },
+            refused={
+                "--format": fmt,
+                "--bind": bind,
+                "--bind-file": bind_file,
+                "--replay-store": replay_store,
+                "--jsonl": jsonl or None,
+            },
+            as_json=as_json,
+        )
+        return
     if replay_store is not None and not once:
         raise click.UsageError("--replay-store is used only with --once")
     source = token_source(token)
@@ -250,8 +297,8 @@ def verify_cmd(
             claims, shown = printed(text)
     except InvalidToken as err:
         if as_json:
-            emit_json({"valid": False, "error": {"code": err.code, "message": str(err)}})
-        fail(error_text(err), err.exit_code)
+            emit_json({"valid": False, "error": failure_json(err)})
+        fail(error_text(err), err.exit_code, err.code)
     if as_json:
         emit_json(_verify_result(claims.to_dict()))
     else:
@@ -296,12 +343,12 @@ class _JsonlChecks:
         try:
             document = json_loads(line.decode("utf-8"))
         except (EncodingError, UnicodeDecodeError) as err:
-            raise _Unusable(f"not a JSON object: {err}") from None
+            raise _MalformedInput(f"not a JSON object: {err}") from None
         if not isinstance(document, dict):
-            raise _Unusable("not a JSON object")
+            raise _MalformedInput("not a JSON object")
         unknown = sorted(set(document) - {"token", *_JSONL_MEMBERS})
         if unknown:
-            raise _Unusable(f"unknown member {', '.join(unknown)}")
+            raise _MalformedInput(f"unknown member {', '.join(unknown)}")
         token = document.get("token")
         if not isinstance(token, str) or not token.strip():
             raise _Unusable("no token")
@@ -317,7 +364,7 @@ class _JsonlChecks:
                 return verify(self.keyset, token.strip(), **options)
             return verify_for_output(self.keyset, token.strip(), **options)
         except ValueError as err:  # a binding the token's format cannot carry, and the like
-            raise _Unusable(str(err)) from None
+            raise _MalformedInput(str(err)) from None
 
 
 def _verify_lines(
@@ -334,7 +381,7 @@ def _verify_lines(
     as bytes (``--jsonl``). Stdin with no token on any line is a usage error (exit 2).
     """
     as_json = render is _json_line
-    first_failure = 0
+    worst = 0
     tokens = 0
     sys.stdout.flush()
     out = sys.stdout.buffer
@@ -366,9 +413,9 @@ def _verify_lines(
                     except UnicodeDecodeError:
                         result = check(text)
             except (InvalidToken, _Unusable) as err:
-                first_failure = first_failure or err.exit_code
+                worst = most_severe(worst, err.exit_code)
                 if as_json:
-                    failure = {"code": err.code, "message": str(err)}
+                    failure = failure_json(err)
                     answer(json_report({"line": number, "valid": False, "error": failure}))
                 else:
                     answer(f"rejected: {printable(error_text(err))}")
@@ -377,32 +424,52 @@ def _verify_lines(
     finally:
         write_answers()
     if not tokens:
-        click.echo(f"error: {NO_TOKEN} on stdin", err=True)
-        return 2
-    return first_failure
+        fail(f"{NO_TOKEN} on stdin", 2, "no_token")
+    return worst
 
 
 @click.command("inspect")
+@state_store_option
+@click.option(
+    "--show-state",
+    is_flag=True,
+    help="With --state-store: print the stored state too (it may hold secrets).",
+)
 @ttl_cap_option
 @json_option
 @click.argument("token", required=False)
 @pass_app
-def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str | None) -> None:
+def inspect_cmd(
+    app: App,
+    state_store: str | None,
+    show_state: bool,
+    ttl_cap: int | str | None,
+    as_json: bool,
+    token: str | None,
+) -> None:
     """Show what TOKEN (or stdin) is made of, verified only if a keyset can verify it.
 
     Works without a key: format, key id, and for readable formats the claims, all marked NOT
     VERIFIED. With the keyset at hand it also checks the tag and lifetime (not the bindings).
     TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects every line, each under its
     line number (with --json one JSON object per line, with "line"); a line that is not a token
-    is reported in its place, and the exit code is that of the first such line (2 for an empty
-    one), after all lines are done.
+    is reported in its place, and the exit code is the most severe of those lines (as for
+    verify -: 6, 5, 4, 1, 3, then 2 for an empty one), after all lines are done. With
+    --state-store URL, TOKEN is a state handle (mh1.): what the store holds for it is shown, the
+    owner as a digest, the state only with --show-state; nothing is taken.
 
     \b
     Examples:
       mrtr-state inspect "$TOKEN"
       mrtr-state inspect --json - < tokens.txt | jq .verified
       mrtr-state inspect --ttl-cap none "$RMCP_TOKEN"
+      mrtr-state inspect --state-store redis://10.0.0.7:6379/0 "$HANDLE"
     """
+    if state_store is not None:
+        _inspect_handle(app, state_store, token, show_state=show_state, as_json=as_json)
+        return
+    if show_state:
+        raise click.UsageError("--show-state is for a state handle: give --state-store URL")
     settings = app.settings(ttl_cap=ttl_cap)
     source = token_source(token)
     limit = settings.policy.max_size + 256
@@ -417,7 +484,7 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
         text = single_token(source, limit)
         click.echo(_inspected(text, keyset, keyset_source, settings, as_json, None))
         return
-    first_failure, tokens = 0, 0
+    worst, tokens = 0, 0
     for number, line in enumerate(read_lines(sys.stdin.buffer, limit), start=1):
         try:
             if line is None:
@@ -429,9 +496,9 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
             tokens += 1
             shown = _inspected(text, keyset, keyset_source, settings, as_json, number)
         except (InvalidToken, _Unusable) as err:
-            first_failure = first_failure or err.exit_code
+            worst = most_severe(worst, err.exit_code)
             if as_json:
-                failure = {"code": err.code, "message": str(err)}
+                failure = failure_json(err)
                 shown = terminal_json(json_report({"line": number, "error": failure}))
             else:
                 shown = f"line {number}: rejected: {printable(error_text(err))}"
@@ -439,8 +506,8 @@ def inspect_cmd(app: App, ttl_cap: int | str | None, as_json: bool, token: str |
             click.echo()
         click.echo(shown)
     if not tokens:
-        fail(f"{NO_TOKEN} on stdin", 2)
-    raise click.exceptions.Exit(first_failure)
+        fail(f"{NO_TOKEN} on stdin", 2, "no_token")
+    raise click.exceptions.Exit(worst)
 
 
 def _inspected(
@@ -506,3 +573,86 @@ def unseal_cmd(app: App, fmt: str | None, token: str | None) -> None:
     payload = unseal(app.keyset(settings), text, format=fmt, policy=settings.policy)
     sys.stdout.buffer.write(payload)
     sys.stdout.buffer.flush()
+
+
+# --- state handles (mh1.): the record lives in a store, not in the token ---------------------
+
+
+def _open_handle_store(app: App, url: str) -> Any:
+    from .._cli_api import open_handle_store
+
+    settings = app.settings()
+    return open_handle_store(url, max_skew=settings.max_skew)
+
+
+def _verify_handle(
+    app: App,
+    url: str,
+    token: str | None,
+    *,
+    once: bool,
+    stated: dict[str, Any],
+    refused: dict[str, Any],
+    as_json: bool,
+) -> None:
+    """``verify --state-store``: the record checked as a retry stating these bindings, read
+    (or with --once taken) through the library's one path for handles."""
+    from .._cli_api import verify_handle
+
+    given = sorted(name for name, value in refused.items() if value is not None)
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} cannot be used with --state-store: a handle's record binds the "
+            "principal, audience and request, and is single use by itself (--once takes it)"
+        )
+    request_id, method, target, arguments = stated["request"]
+    request = request_binding(request_id, method, target, arguments)
+    audience = app.settings(audience=stated["audience"]).audience
+    text = single_token(token, 256)
+    store = _open_handle_store(app, url)
+    try:
+        claims = verify_handle(
+            store,
+            text,
+            principal=stated["principal"],
+            audience=audience,
+            request_id=request["request_id"],
+            method=request["method"],
+            target=request["target"],
+            arguments=request["arguments"],
+            once=once,
+        )
+    except InvalidToken as err:
+        if as_json:
+            emit_json({"valid": False, "error": failure_json(err)})
+        fail(error_text(err), err.exit_code, err.code)
+    finally:
+        store.close()
+    if as_json:
+        emit_json({"valid": True, "taken": once, "claims": claims.to_dict()})
+    else:
+        from .._cli_api import json_dumps
+
+        click.echo(terminal_json(json_dumps(claims.state)))
+
+
+def _inspect_handle(
+    app: App, url: str, token: str | None, *, show_state: bool, as_json: bool
+) -> None:
+    """``inspect --state-store``: what the store holds for the handle, unverified."""
+    from .._cli_api import UnknownHandle, inspect_handle
+
+    text = single_token(token, 256)
+    store = _open_handle_store(app, url)
+    try:
+        report = inspect_handle(store, text, show_state=show_state)
+    finally:
+        store.close()
+    if not report["found"]:
+        raise UnknownHandle("unknown handle: never issued, already used, or expired")
+    if as_json:
+        emit_json(report)
+        return
+    from . import _render
+
+    click.echo(_render.handle_record(report, now=time.time()))

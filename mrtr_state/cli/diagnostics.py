@@ -1,0 +1,105 @@
+"""``version``, ``config show`` and ``doctor``: what is installed, what is set, what works."""
+
+from __future__ import annotations
+
+import click
+
+from .._cli_api import build_info, diagnose, effective_settings
+from ._common import App, ErrorMappingGroup, emit_json, fail, json_option, pass_app
+
+#: The exit code of a doctor run with a failed check: that of a keyset, config or store error.
+DOCTOR_FAILED = 6
+
+
+@click.command("version")
+@json_option
+def version_cmd(as_json: bool) -> None:
+    """Print the versions of mrtr-state, Python, cryptography and OpenSSL, and the git commit.
+
+    The commit is known when mrtr-state runs from a git checkout, "unknown" otherwise.
+
+    \b
+    Example:
+      mrtr-state version --json
+    """
+    info = build_info()
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"mrtr-state   {info['mrtr_state']}")
+    click.echo(f"python       {info['python']}")
+    click.echo(f"cryptography {info['cryptography']}")
+    click.echo(f"openssl      {info['openssl']}")
+    click.echo(f"commit       {info['commit']}")
+
+
+@click.group("config", cls=ErrorMappingGroup)
+def config_group() -> None:
+    """Show the settings in force and where each came from."""
+
+
+@config_group.command("show")
+@json_option
+@pass_app
+def config_show(app: App, as_json: bool) -> None:
+    """Print each effective setting, its value and where it came from: a flag, the
+    environment, the config file, or the default. Secrets never appear here (a KEK is a URI
+    that names where its secret is; a store URL is shown without its password).
+
+    \b
+    Examples:
+      mrtr-state config show
+      MRTR_STATE_TTL=2m mrtr-state --config /etc/mcp/mrtr-state.toml config show --json
+    """
+    settings = app.settings()
+    shown = effective_settings(settings)
+    if as_json:
+        emit_json({"settings": [item.to_dict() for item in shown]})
+        return
+    from .._cli_api import printable
+
+    width = max(len(item.name) for item in shown)
+    for item in shown:
+        value = "-" if item.value is None else printable(str(item.value))
+        click.echo(f"{item.name:<{width}}  {value}  ({printable(item.source)})")
+
+
+@click.command("doctor")
+@json_option
+@pass_app
+def doctor_cmd(app: App, as_json: bool) -> None:
+    """Check the keyset, its file mode and primary keys, the KEK, the replay store and the clock.
+
+    The keyset must load (under its KEK, if any), its file be mode 0600, the configured format
+    have a primary key, the replay store answer, and this host's clock agree with the store's
+    within max_skew. Every check runs; exit 6 when any fails.
+
+    Reads, never writes: a missing sqlite replay store is reported, not created.
+
+    \b
+    Examples:
+      mrtr-state doctor
+      mrtr-state -k /etc/mcp/keyset.json doctor --json | jq '.checks[] | select(.status=="failed")'
+    """
+    settings = app.settings()
+    checks = diagnose(settings, app.kek(settings))
+    failed = [check for check in checks if check.status == "failed"]
+    if as_json:
+        emit_json(
+            {
+                "ok": not failed,
+                "settings": [item.to_dict() for item in effective_settings(settings)],
+                "checks": [check.to_dict() for check in checks],
+            }
+        )
+    else:
+        from .._cli_api import printable
+
+        marks = {"ok": click.style("ok", fg="green"), "failed": click.style("FAILED", fg="red")}
+        for check in checks:
+            mark = marks.get(check.status, check.status)
+            click.echo(f"{check.name:<13} {mark}  {printable(check.detail)}")
+    if failed:
+        names = ", ".join(check.name for check in failed)
+        counted = "1 check" if len(failed) == 1 else f"{len(failed)} checks"
+        fail(f"doctor: {counted} failed: {names}", DOCTOR_FAILED, "doctor_failed")

@@ -1,0 +1,432 @@
+"""The CLI's contract with scripts (issue 38 part B): exit codes, --json, help, dry runs,
+completion. Every check runs the real command line, as a user or a script would."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import mrtr_state as ms
+from mrtr_state.cli import cli
+
+from .helpers import CLEAN_ENV, keys_import, mint, run
+
+# --- a wrong bind value, in every format that takes one --------------------------------------
+
+#: format -> (key algorithm, extra import flags, exit code of a wrong or missing bind, its code).
+#: mcp-ts carries the bind value's digest in its signed body, so the verifier sees the tag pass
+#: and the bind differ: a binding mismatch (4). rmcp's formats feed the bind value to the tag as
+#: associated data: a wrong one fails the tag exactly as a forgery does, and nothing on the wire
+#: can tell them apart (1, bad_signature). docs/cli.md says so.
+BIND_FORMATS = {
+    "mcp-ts": ("mcp-ts-v1", (), 4, "request_mismatch"),
+    "mcp-rs": ("mcp-rs-v1", (), 1, "bad_signature"),
+    "mcp-rs2": ("mcp-rs-v2", ("--kid", "2026-12"), 1, "bad_signature"),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(BIND_FORMATS))
+def test_a_wrong_bind_value_exits_as_the_wire_allows(ks: Path, fmt: str) -> None:
+    alg, extra, code, reason = BIND_FORMATS[fmt]
+    keys_import(ks, alg, os.urandom(32), *extra)
+    token = mint(ks, "--format", fmt, "--bind", "session-1", "--state", '{"n":1}')
+    k = ("--keyset", str(ks), "verify", "--ttl-cap", "none")
+    assert run(*k, "--bind", "session-1", token).stdout == '{"n":1}\n'
+    for wrong in (("--bind", "session-2"), ("--bind", ""), ()):
+        refused = run(*k, *wrong, token, code=code)
+        assert refused.stderr.startswith("error: ") and refused.stdout == ""
+        answer = json.loads(run(*k, *wrong, "--json", token, code=code).stdout)
+        assert answer["valid"] is False
+        assert answer["error"]["code"] == reason and answer["error"]["exit_code"] == code
+    # and a token minted with no bind value, checked with one
+    unbound = mint(ks, "--format", fmt, "--state", '{"n":2}')
+    run(*k, "--bind", "session-1", unbound, code=code)
+
+
+# --- an unknown key id is a usage error --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("keys", "promote", "deadbeef"),
+        ("keys", "promote", "--dry-run", "deadbeef"),
+        ("keys", "retire", "--yes", "deadbeef"),
+        ("keys", "retire", "--dry-run", "deadbeef"),
+        ("keys", "export", "--stdout", "deadbeef"),
+    ],
+)
+def test_an_unknown_key_id_is_exit_2(ks: Path, command: tuple[str, ...]) -> None:
+    before = ks.read_bytes()
+    refused = run("--keyset", str(ks), *command, code=2)
+    assert f"{ks} has no key deadbeef; see: mrtr-state keys list" in refused.stderr
+    assert refused.stdout == ""
+    if command[1] != "export":  # export has no --json
+        answer = json.loads(run("--keyset", str(ks), *command, "--json", code=2).stdout)
+        assert answer["error"]["code"] == "unknown_key_id"
+    assert ks.read_bytes() == before
+
+
+# --- batches: the most severe failure sets the exit code ---------------------------------------
+
+
+def _expired(ks: Path) -> str:
+    keyset = ms.Keyset.load(ks)
+    return ms.mint(keyset, 1, principal="alice", ttl=60, now=time.time() - 3600)
+
+
+@pytest.mark.parametrize(
+    ("lines", "code"),
+    [
+        (["", "MISMATCH"], 4),  # an empty line never hides a real principal mismatch
+        (["MISMATCH", ""], 4),
+        (["EXPIRED", "", "GOOD"], 3),
+        (["", "EXPIRED", "GARBAGE"], 1),
+        (["GARBAGE", "MISMATCH", "EXPIRED", ""], 4),
+        (["GOOD", ""], 2),
+        (["GOOD", "GOOD"], 0),
+    ],
+)
+def test_a_batch_exits_with_its_most_severe_failure(ks: Path, lines: list[str], code: int) -> None:
+    tokens = {
+        "GOOD": mint(ks, "-p", "alice"),
+        "MISMATCH": mint(ks, "-p", "mallory"),
+        "EXPIRED": _expired(ks),
+        "GARBAGE": "ms1.not-a-token",
+        "": "",
+    }
+    stdin = "".join(tokens[name] + "\n" for name in lines)
+    done = run("--keyset", str(ks), "verify", "-p", "alice", "-", input=stdin, code=code)
+    assert len(done.stdout.splitlines()) == len(lines)
+    answers = run(
+        "--keyset", str(ks), "verify", "--json", "-p", "alice", "-", input=stdin, code=code
+    )
+    assert [json.loads(line)["line"] for line in answers.stdout.splitlines()] == list(
+        range(1, len(lines) + 1)
+    )
+    # inspect takes the same rule (it checks no binding: a mismatch is no failure there)
+    run("--keyset", str(ks), "inspect", "-", input=stdin, code=_inspect_code(lines))
+
+
+def _inspect_code(lines: list[str]) -> int:
+    """inspect's batch code: garbage (1) and empty lines (2) fail, the most severe first."""
+    for code, name in ((1, "GARBAGE"), (2, "")):
+        if name in lines:
+            return code
+    return 0
+
+
+def test_a_jsonl_line_that_is_not_json_is_malformed_input(ks: Path) -> None:
+    token = mint(ks, "-p", "alice")
+    stdin = "not json\n[1]\n" + json.dumps({"token": token, "principal": "alice"}) + "\n"
+    done = run("--keyset", str(ks), "verify", "--jsonl", "--json", "-", input=stdin, code=2)
+    first, second, third = (json.loads(line) for line in done.stdout.splitlines())
+    assert first["error"]["code"] == second["error"]["code"] == "malformed_input"
+    assert third["valid"] is True
+    empty = run("--keyset", str(ks), "verify", "--jsonl", "--json", "-", input="{}\n", code=2)
+    assert json.loads(empty.stdout)["error"]["code"] == "no_token"
+
+
+# --- --json: every outcome is one JSON object on stdout ----------------------------------------
+
+
+def _one_object(stdout: str) -> dict[str, object]:
+    assert stdout.endswith("\n") and stdout.count("\n") == 1, stdout
+    found = json.loads(stdout)
+    assert isinstance(found, dict)
+    return found
+
+
+def _pending(ks: Path) -> str:
+    return str(json.loads(run("--keyset", str(ks), "keys", "add", "--json").stdout)["kid"])
+
+
+#: Each command that has --json: (arguments for a success, arguments for a failure, its code).
+JSON_COMMANDS = {
+    "mint": (["mint", "--state", "1"], ["mint", "--ttl", "2h"], 2),
+    "verify": (["verify", "TOKEN"], ["verify", ""], 2),
+    "verify-rejected": (["verify", "TOKEN"], ["verify", "-p", "bob", "TOKEN"], 4),
+    "inspect": (["inspect", "TOKEN"], ["inspect", "ms1.x"], 1),
+    "audit": (["audit", "CAPTURE"], ["audit", "MISSING"], 2),
+    "keys init": (["keys", "init", "--force"], ["keys", "init"], 6),
+    "keys add": (["keys", "add"], ["keys", "add", "--alg", "nope"], 2),
+    "keys promote": (["keys", "promote", "--force", "PENDING"], ["keys", "promote", "nope"], 2),
+    "keys retire": (["keys", "retire", "--dry-run", "PENDING"], ["keys", "retire", "x"], 2),
+    "keys prune": (["keys", "prune"], ["keys", "prune", "--retention", "soon"], 2),
+    "keys list": (["keys", "list"], ["keys", "list", "--keyset", "MISSING"], 6),
+    "keys import": (["keys", "import", "--alg", "HS256", "--secret-env", "SECRET"],
+                    ["keys", "import", "--alg", "HS256", "--secret-env", "NONE"], 2),
+    "keys encrypt": (["keys", "encrypt", "--kek", "KEK", "--kdf-cost", "10"],
+                     ["keys", "encrypt"], 2),
+    "keys decrypt": (["keys", "decrypt", "--yes"], ["keys", "decrypt"], 2),
+    "keys rewrap": (["keys", "rewrap", "--kek", "KEK"], ["keys", "rewrap"], 2),
+    "rotate": (["rotate"], ["rotate", "--every", "1s"], 2),
+    "version": (["version"], ["version", "--bogus"], 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(JSON_COMMANDS))
+def test_every_command_with_json_prints_one_object_on_success_and_failure(
+    ks: Path, tmp_path: Path, name: str
+) -> None:
+    ok, bad, code = JSON_COMMANDS[name]
+    env = {"SECRET": "s" * 32, "PASS": "correct horse battery staple"}
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text('{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    words = {
+        "TOKEN": mint(ks, "-p", "alice"),
+        "CAPTURE": str(capture),
+        "MISSING": str(tmp_path / "missing"),
+        "KEK": "passphrase:env:PASS",
+    }
+    if "PENDING" in ok + bad:
+        words["PENDING"] = _pending(ks)
+    if name in ("keys decrypt", "keys rewrap"):  # these need an encrypted keyset
+        run("--keyset", str(ks), "keys", "encrypt", "--kek", "passphrase:env:PASS",
+            "--kdf-cost", "10", env=env)  # fmt: skip
+        env["MRTR_STATE_KEK"] = "passphrase:env:PASS"
+    if name == "verify-rejected" or name == "verify":
+        ok = [*ok, "-p", "alice"]
+    args = ["--keyset", str(ks)]
+    success = run(*args, *[words.get(w, w) for w in ok], "--json", env=env)
+    assert "error" not in _one_object(success.stdout)
+    if name == "keys rewrap":
+        env.pop("MRTR_STATE_KEK")
+    failure = run(*args, *[words.get(w, w) for w in bad], "--json", env=env, code=code)
+    error = _one_object(failure.stdout)["error"]
+    assert isinstance(error, dict) and error["exit_code"] == code
+    assert str(error["message"]) in failure.stderr
+    assert failure.stderr.rstrip("\n").splitlines()[-1].startswith("error: ")
+
+
+def test_a_batch_with_no_token_says_so_in_json(ks: Path) -> None:
+    done = run("--keyset", str(ks), "verify", "--json", "-", input="", code=2)
+    assert _one_object(done.stdout)["error"] == {
+        "code": "no_token",
+        "message": "no token on stdin",
+        "exit_code": 2,
+    }
+
+
+# --- help and wording --------------------------------------------------------------------------
+
+
+def test_the_top_level_help_lists_every_exit_code() -> None:
+    shown = " ".join(run("--help").stdout.split())
+    for code in ("0 valid", "1 rejected", "2 usage", "3 expired", "4 binding", "5 replayed"):
+        assert code in shown
+    assert "6 keyset, config or store error" in shown
+    assert "7 proxy cannot listen" in shown and "130 interrupted" in shown
+
+
+def test_the_bind_help_names_every_format_that_takes_it() -> None:
+    shown = " ".join(run("verify", "--help").stdout.split())
+    assert "mcp-ts only" not in shown
+    assert "mcp-ts, mcp-rs and mcp-rs2" in shown
+
+
+def test_keys_help_lists_its_commands_whole() -> None:
+    shown = run("keys", "--help").stdout
+    commands = shown.split("Commands:")[1]
+    assert "..." not in commands
+    assert "Add a new key: pending (verify-only) while its algorithm has a primary, else" in (
+        " ".join(commands.split())
+    )
+
+
+def test_every_failure_is_spelt_error_in_lower_case(ks: Path) -> None:
+    for args, code in (
+        (("verify", "--bogus"), 2),
+        (("--keyset", str(ks), "verify", ""), 2),
+        (("--keyset", str(ks), "keys", "promote", "nope"), 2),
+        (("--keyset", str(ks.parent / "none.json"), "keys", "list"), 6),
+    ):
+        done = run(*args, code=code)
+        assert "Error:" not in done.stderr
+        assert done.stderr.splitlines()[-1].startswith("error: ")
+
+
+# --- --dry-run writes nothing ------------------------------------------------------------------
+
+
+def test_keys_add_and_promote_dry_runs_leave_the_file_as_it_was(ks: Path) -> None:
+    k = ("--keyset", str(ks))
+    before = ks.read_bytes()
+    said = run(*k, "keys", "add", "--alg", "HS256", "--dry-run").stdout
+    assert said == f"would add a pending HS256 key (chosen at run time) to {ks}\n"
+    shown = json.loads(run(*k, "keys", "add", "--dry-run", "--json").stdout)
+    assert shown["dry_run"] is True and shown["kid"] is None
+    assert ks.read_bytes() == before
+    pending = _pending(ks)
+    before = ks.read_bytes()
+    said = run(*k, "keys", "promote", "--force", "--dry-run", pending).stdout
+    assert said.startswith(f"would promote {pending} (A256GCM): pending -> primary")
+    changes = json.loads(
+        run(*k, "keys", "promote", "--force", "--dry-run", "--json", pending).stdout
+    )
+    assert changes["dry_run"] is True and changes["changes"][0]["kid"] == pending
+    # the refusal a real run would meet is met by the dry run too
+    run(*k, "keys", "promote", "--dry-run", pending, code=2)
+    assert ks.read_bytes() == before
+    run(*k, "keys", "promote", "--force", pending)
+    assert ks.read_bytes() != before
+
+
+# --- shell completion of key ids ---------------------------------------------------------------
+
+
+def _complete(words: str, env: dict[str, str] | None = None) -> list[str]:
+    """What bash's completion asks of ``mrtr-state`` for the command line ``words``."""
+    line = words.split(" ")
+    done = CliRunner().invoke(
+        cli,
+        [],
+        prog_name="mrtr-state",
+        env={
+            **CLEAN_ENV,
+            "_MRTR_STATE_COMPLETE": "bash_complete",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(line) - 1),
+            **(env or {}),
+        },
+    )
+    assert done.exit_code == 0 and done.stderr == "", done.stderr
+    return [item.split(",", 1)[1] for item in done.stdout.splitlines() if item]
+
+
+@pytest.mark.parametrize("command", ["promote", "retire", "export"])
+def test_key_ids_complete_without_printing_a_secret(ks: Path, command: str) -> None:
+    kids = sorted(key.kid for key in ms.Keyset.load(ks))
+    offered = _complete(f"mrtr-state --keyset {ks} keys {command} ")
+    assert sorted(offered) == kids
+    assert _complete(f"mrtr-state keys {command} --keyset {ks} {kids[0][:6]}") == [
+        kid for kid in kids if kid.startswith(kids[0][:6])
+    ]
+    # from the environment too, and nothing at all (never a traceback) for a missing keyset
+    assert sorted(_complete(f"mrtr-state keys {command} ", {"MRTR_STATE_KEYSET": str(ks)})) == kids
+    assert _complete(f"mrtr-state keys {command} --keyset {ks.parent / 'no.json'} ") == []
+
+
+def test_completion_reads_an_encrypted_keyset_without_its_kek(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    env = {"PASS": "correct horse battery staple"}
+    run("--keyset", str(path), "--kek", "passphrase:env:PASS", "keys", "init", "--kdf-cost", "10",
+        env=env)  # fmt: skip
+    listed = json.loads(run("--keyset", str(path), "keys", "list", "--json").stdout)["keys"]
+    offered = _complete(f"mrtr-state --keyset {path} keys promote ")
+    assert sorted(offered) == sorted(key["kid"] for key in listed)
+
+
+# --- version, config show, doctor --------------------------------------------------------------
+
+
+def test_version_names_every_part_and_never_fails() -> None:
+    shown = json.loads(run("version", "--json").stdout)
+    assert set(shown) == {"mrtr_state", "python", "cryptography", "openssl", "commit"}
+    assert shown["mrtr_state"] == ms.__version__
+    assert shown["openssl"].startswith("OpenSSL") and shown["commit"] != ""
+    # from this checkout the commit is its HEAD (a wheel says "unknown": tests/test_install.py)
+    import subprocess
+
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert shown["commit"] in (head, "unknown")
+    assert "cryptography " + shown["cryptography"] in " ".join(run("version").stdout.split())
+
+
+def test_config_show_says_where_each_setting_came_from(ks: Path, tmp_path: Path) -> None:
+    config = tmp_path / "mrtr-state.toml"
+    config.write_text('ttl = "2m"\naudience = "from-file"\n')
+    config.chmod(0o600)
+    env = {"MRTR_STATE_TTL_CAP": "30m"}
+    shown = run("--keyset", str(ks), "config", "show", "--json", "--config", str(config), env=env)
+    found = {item["name"]: item for item in json.loads(shown.stdout)["settings"]}
+    assert found["keyset"] == {"name": "keyset", "value": str(ks), "source": "--keyset"}
+    assert found["ttl"]["value"] == 120 and found["ttl"]["source"] == f"config file {config}"
+    assert found["ttl_cap"] == {"name": "ttl_cap", "value": 1800, "source": "MRTR_STATE_TTL_CAP"}
+    assert found["format"] == {"name": "format", "value": "aead", "source": "default"}
+    assert found["config"]["value"] == str(config)
+    text = run("--keyset", str(ks), "config", "show", "--config", str(config), env=env).stdout
+    assert "ttl_cap       1800  (MRTR_STATE_TTL_CAP)" in text
+
+
+def test_config_show_never_prints_a_store_password(ks: Path) -> None:
+    env = {"MRTR_STATE_REPLAY_STORE": "redis://:hunter2secret@127.0.0.1:1/0"}
+    for args in (("config", "show"), ("config", "show", "--json")):
+        assert "hunter2secret" not in run("--keyset", str(ks), *args, env=env).stdout
+
+
+def test_doctor_passes_a_healthy_deployment_and_names_what_fails(ks: Path) -> None:
+    report = json.loads(run("--keyset", str(ks), "doctor", "--json").stdout)
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert report["ok"] is True and statuses == {
+        "keyset": "ok",
+        "keyset mode": "ok",
+        "primary keys": "ok",
+        "kek": "skipped",
+        "replay store": "ok",
+        "clock": "skipped",
+    }
+    # a loose mode fails the keyset and its mode; every check still runs; exit 6, one object
+    ks.chmod(0o644)
+    loose = run("--keyset", str(ks), "doctor", "--json", code=6)
+    report = _one_object(loose.stdout)
+    checks: list[dict[str, str]] = report["checks"]  # type: ignore[assignment]
+    statuses = {check["name"]: check["status"] for check in checks}
+    assert report["ok"] is False and statuses["keyset"] == statuses["keyset mode"] == "failed"
+    assert len(statuses) == 6
+    assert "error: doctor: 3 checks failed: keyset, keyset mode, primary keys" in loose.stderr
+    ks.chmod(0o600)
+    # a format with no primary key, and a replay store that cannot be reached
+    env = {"MRTR_STATE_FORMAT": "mcp-ts", "MRTR_STATE_REPLAY_STORE": "redis://127.0.0.1:1/0"}
+    text = run("--keyset", str(ks), "doctor", env=env, code=6)
+    assert "no primary mcp-ts-v1 key to mint mcp-ts tokens" in text.stdout
+    assert "doctor: 2 checks failed: primary keys, replay store" in text.stderr
+
+
+def test_doctor_checks_the_kek_and_the_clock_of_a_redis_store(tmp_path: Path) -> None:
+    from .helpers import private_redis
+
+    path = tmp_path / "keyset.json"
+    env = {"PASS": "correct horse battery staple", "MRTR_STATE_KEK": "passphrase:env:PASS"}
+    run("--keyset", str(path), "keys", "init", "--kdf-cost", "10", env=env)
+    with private_redis() as (_server, url):
+        report = json.loads(
+            run("--keyset", str(path), "doctor", "--json",
+                env={**env, "MRTR_STATE_REPLAY_STORE": url}).stdout
+        )  # fmt: skip
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert statuses["kek"] == statuses["replay store"] == statuses["clock"] == "ok"
+    wrong = {**env, "PASS": "a wrong but long passphrase"}
+    refused = json.loads(run("--keyset", str(path), "doctor", "--json", env=wrong, code=6).stdout)
+    statuses = {check["name"]: check["status"] for check in refused["checks"]}
+    assert statuses["kek"] == "failed" and statuses["keyset"] == "failed"
+
+
+# --- the man page ------------------------------------------------------------------------------
+
+
+def test_the_man_page_is_what_the_click_commands_make_now() -> None:
+    """docs/man/mrtr-state.1 is made by scripts/man.py (make man) from the commands' own help:
+    a command, option or help text changed without `make man` fails here."""
+    import importlib.util
+
+    from .helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("man_script", ROOT / "scripts" / "man.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    page = script.render()
+    assert (ROOT / "docs" / "man" / "mrtr-state.1").read_text(encoding="utf-8") == page, (
+        "the man page is stale: run make man"
+    )
+    for needed in (".TH MRTR\\-STATE 1", '.SS "mrtr-state keys promote"', "\\-\\-dry\\-run"):
+        assert needed in page
+    assert ".SH EXIT STATUS" in page and "130" in page
