@@ -198,7 +198,8 @@ class ProxyProcess:
         while True:
             for line in reversed(self.log):
                 if line.get(field) == value:
-                    return line
+                    found: dict[str, Any] = line
+                    return found
             assert time.monotonic() < deadline, f"no log line with {field}={value!r}: {self.log}"
             time.sleep(0.01)
 

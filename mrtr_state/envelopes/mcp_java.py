@@ -32,7 +32,7 @@ from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncar
 
 if TYPE_CHECKING:
     from .._entropy import Fresh
-    from ..keyset import Key
+    from ..keyview import Key
     from ..policy import Policy
 
 __all__ = ["McpJavaEnvelope", "jackson_string"]
