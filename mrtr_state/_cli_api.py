@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .errors import UnknownHandle
     from .handle_store import open_handle_store
     from .kek import Kek, kek_from_uri
+    from .kek import set_prompter as set_kek_prompter
     from .keyfile import (
         check_writable,
         decode_secret,
@@ -112,6 +113,7 @@ __all__ = [
     "sdk_kid_problem",
     "secret_length_ok",
     "secret_rule",
+    "set_kek_prompter",
     "terminal_json",
     "timeline",
     "url_shown",
@@ -145,6 +147,7 @@ _WHERE = {
     "open_handle_store": ("handle_store", "open_handle_store"),
     "Kek": ("kek", "Kek"),
     "kek_from_uri": ("kek", "kek_from_uri"),
+    "set_kek_prompter": ("kek", "set_prompter"),
     "check_writable": ("keyfile", "check_writable"),
     "decode_secret": ("keyfile", "decode_secret"),
     "encode_secret": ("keyfile", "encode_secret"),

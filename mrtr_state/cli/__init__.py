@@ -148,8 +148,29 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | N
     5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 130 interrupted.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
+    from .._cli_api import set_kek_prompter
+
+    set_kek_prompter(_ask_at_terminal)  # passphrase:prompt asks here, and only here
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         ctx.color = False  # no-color.org; every sub-command's context inherits it
+
+
+def _ask_at_terminal(what: str, twice: bool) -> bytes:
+    """A secret typed at the terminal, never echoed (``passphrase:prompt``); refused when no
+    person is there to type it (stdin is not a terminal: a pipe, a CronJob, a CI step)."""
+    import sys
+
+    from .. import KekUnavailable
+
+    if not sys.stdin.isatty():
+        raise KekUnavailable(
+            f"the {what} is asked at a terminal, and stdin is not one; in scripts give it as "
+            "passphrase:env:NAME or passphrase:file:PATH"
+        )
+    typed: str = click.prompt(
+        what[:1].upper() + what[1:], hide_input=True, confirmation_prompt=twice, err=True
+    )
+    return typed.encode("utf-8")
 
 
 #: The exit code of a command interrupted with Ctrl-C (128 + SIGINT, as shells report it).

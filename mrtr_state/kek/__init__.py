@@ -16,7 +16,7 @@ environment variable or a file, never from the URI or the command line.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigError, KekRefused, KekUnavailable, KeysetError
@@ -24,10 +24,12 @@ from ..errors import ConfigError, KekRefused, KekUnavailable, KeysetError
 __all__ = [
     "KEK_ENV",
     "Kek",
+    "Prompter",
     "kek_from_uri",
     "read_secret_source",
     "record_bytes",
     "record_members",
+    "set_prompter",
 ]
 
 #: The environment variable naming the KEK, as ``--kek`` and the config's ``kek`` do.
@@ -37,6 +39,20 @@ KEK_ENV = "MRTR_STATE_KEK"
 SECRET_SOURCE_LIMIT = 4096
 
 _SCHEMES = ("passphrase:", "pkcs11:", "exec:")
+
+#: Asks a person for a secret: (what is asked, whether to ask twice) -> the bytes typed.
+Prompter = Callable[[str, bool], bytes]
+
+#: Who answers a ``prompt`` secret source: set by a front end that has a person at a terminal
+#: (the CLI); None, as in a server or a proxy under an orchestrator, refuses such a source.
+_prompter: Prompter | None = None
+
+
+def set_prompter(prompter: Prompter | None) -> None:
+    """Let ``prompt`` secret sources (``passphrase:prompt``) ask through ``prompter``; the
+    library never reads a terminal on its own."""
+    global _prompter
+    _prompter = prompter
 
 
 class Kek:
@@ -115,12 +131,24 @@ def kek_from_uri(uri: str, *, kdf_log_n: int | None = None) -> Kek:
     )
 
 
-def read_secret_source(spec: str, what: str, uri: str) -> bytes:
-    """The bytes ``env:NAME`` or ``file:PATH`` leads to: a passphrase or a PIN.
+def read_secret_source(spec: str, what: str, uri: str, *, confirm: bool = False) -> bytes:
+    """The bytes ``env:NAME``, ``file:PATH`` or ``prompt`` leads to: a passphrase or a PIN.
 
     A file must pass the keyset's permission rule; one trailing newline is stripped. Empty is
-    refused: an unset variable must never become an empty passphrase.
+    refused: an unset variable must never become an empty passphrase. ``prompt`` asks the
+    person at the terminal through the front end's prompter (twice with ``confirm``, for a
+    secret about to protect something new), and is refused where there is none.
     """
+    if spec == "prompt":
+        if _prompter is None:
+            raise KekUnavailable(
+                f"KEK {uri} asks for its {what} at a terminal, and nothing here can ask; "
+                "give it as env:NAME or file:PATH instead"
+            )
+        typed = _prompter(f"{what} for KEK {uri}", confirm)
+        if not typed:
+            raise KekUnavailable(f"no {what} was typed for KEK {uri}")
+        return typed
     kind, _, where = spec.partition(":")
     if kind == "env" and where:
         value = os.environ.get(where)
@@ -146,7 +174,7 @@ def read_secret_source(spec: str, what: str, uri: str) -> bytes:
             raise KekUnavailable(f"the {what} file {where} of KEK {uri} is empty")
         return data
     raise ConfigError(
-        f"KEK {uri}: the {what} must come from env:NAME or file:PATH, not {spec!r} "
+        f"KEK {uri}: the {what} must come from env:NAME, file:PATH or prompt, not {spec!r} "
         "(never write a secret into the URI)"
     )
 

@@ -1,4 +1,9 @@
-"""``passphrase:env:NAME`` / ``passphrase:file:PATH``: a KEK derived from a passphrase by scrypt.
+"""``passphrase:env:NAME`` / ``passphrase:file:PATH`` / ``passphrase:prompt``: a KEK derived
+from a passphrase by scrypt.
+
+``prompt`` asks the person at the terminal (the CLI only; see :func:`set_prompter`), once per
+process: a passphrase that has opened the keyset is kept for the writes that follow, and one
+that would protect a keyset before opening it is asked twice.
 
 The parameters (``log_n``, ``r``, ``p``, the salt) are stored in the wrap record, so a keyset
 written at one cost opens at that cost whatever the reader's defaults. The cost is what guards a
@@ -40,22 +45,33 @@ class PassphraseKek(Kek):
     def __init__(self, uri: str, *, log_n: int | None = None) -> None:
         super().__init__(uri)
         self._source = uri[len("passphrase:") :]
-        if not self._source.startswith(("env:", "file:")) or len(self._source) < 5:
+        if self._source != "prompt" and (
+            not self._source.startswith(("env:", "file:")) or len(self._source) < 5
+        ):
             raise ConfigError(
-                f"KEK {uri}: write passphrase:env:NAME or passphrase:file:PATH "
-                "(the passphrase itself never goes into the URI)"
+                f"KEK {uri}: write passphrase:env:NAME, passphrase:file:PATH or "
+                "passphrase:prompt (the passphrase itself never goes into the URI)"
             )
+        #: a typed passphrase, kept once it opened a data key or was typed twice
+        self._typed: bytes | None = None
         if log_n is not None and not MIN_LOG_N <= log_n <= MAX_LOG_N:
             raise ConfigError(f"--kdf-cost must be {MIN_LOG_N}..{MAX_LOG_N} (log2 of scrypt's N)")
         self.log_n = DEFAULT_LOG_N if log_n is None else log_n
 
-    def _passphrase(self) -> bytes:
-        return read_secret_source(self._source, "passphrase", self.uri)
+    def _passphrase(self, *, new: bool = False) -> bytes:
+        """The passphrase; for ``new`` wraps, a prompted one is asked twice unless it has
+        already opened this process's data key."""
+        if self._typed is not None:
+            return self._typed
+        passphrase = read_secret_source(self._source, "passphrase", self.uri, confirm=new)
+        if self._source == "prompt" and new:
+            self._typed = passphrase
+        return passphrase
 
     def wrap(self, data_key: bytes, context: bytes) -> dict[str, Any]:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        passphrase = self._passphrase()
+        passphrase = self._passphrase(new=True)
         if len(passphrase) < MIN_PASSPHRASE_BYTES:
             raise KekUnavailable(
                 f"the passphrase of KEK {self.uri} is {len(passphrase)} bytes; use at least "
@@ -79,14 +95,18 @@ class PassphraseKek(Kek):
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         log_n, p, salt, nonce, wrapped = _checked(record)
-        key = _derive(self._passphrase(), salt, log_n, p)
+        passphrase = self._passphrase()
+        key = _derive(passphrase, salt, log_n, p)
         try:
-            return AESGCM(key).decrypt(nonce, wrapped, context)
+            data_key = AESGCM(key).decrypt(nonce, wrapped, context)
         except InvalidTag:
             raise KekRefused(
                 f"the passphrase of {self.uri} does not open this keyset's data key: a wrong "
                 "passphrase, or a data key record taken from another keyset"
             ) from None
+        if self._source == "prompt":
+            self._typed = passphrase  # it opened the data key: the writes that follow use it
+        return data_key
 
 
 def _derive(passphrase: bytes, salt: bytes, log_n: int, p: int) -> bytes:
