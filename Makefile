@@ -56,7 +56,7 @@ bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writ
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600
-FUZZ_FORMATS := aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php
+FUZZ_FORMATS := aead jws jwe mcp-py mcp-ts mcp-rb mcp-rs mcp-rs2 mcp-php mcp-java
 FRAMING_CASES ?= 20000
 fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a reference, with atheris (FUZZ_RUNS runs, at most FUZZ_SECONDS each), then the proxy's framing under both HTTP parsers (FRAMING_CASES random streams on a new seed); a crash fails, its input kept in fuzz/crashes/
 	$(BIN)/python -m pip install --quiet 'atheris==3.0.0'

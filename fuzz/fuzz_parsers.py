@@ -22,6 +22,7 @@ with atheris.instrument_imports():
     import mrtr_state as ms
 
     # The library imports these lazily; load them here so that they are instrumented too.
+    from mrtr_state.envelopes import mcp_java as _java_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_php as _php_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_py as _py_envelope  # noqa: F401
     from mrtr_state.envelopes import mcp_rb as _rb_envelope  # noqa: F401
@@ -32,6 +33,7 @@ with atheris.instrument_imports():
         aead,
         jwe,
         jws,
+        mcp_java,
         mcp_php,
         mcp_py,
         mcp_rb,
@@ -43,13 +45,17 @@ with atheris.instrument_imports():
 
 NOW = 1_800_000_000
 REQUEST: dict[str, Any] = {"method": "tools/call", "target": "t", "arguments": {}}
-FORMATS = ("aead", "jws", "jwe", "mcp-py", "mcp-ts", "mcp-rb", "mcp-rs", "mcp-rs2", "mcp-php")
+FORMATS = (
+    *("aead", "jws", "jwe", "mcp-py", "mcp-ts", "mcp-rb", "mcp-rs", "mcp-rs2", "mcp-php"),
+    "mcp-java",
+)
 #: the binding each SDK format's seeds are minted with
 BINDINGS: dict[str, dict[str, Any]] = {
     "mcp-py": REQUEST,
     "mcp-rb": REQUEST,
     "mcp-rs": {"bind": "ad"},
     "mcp-rs2": {"bind": "ad"},
+    "mcp-java": {"method": "tools/call", "target": "t", "principal": "p"},
 }
 
 
@@ -64,13 +70,14 @@ def keyset() -> ms.Keyset:
             ("mcp-rs-v1", b"s" * 40),
             ("mcp-rs-v2", b"k" * 40),
             ("mcp-php-v1", b"h" * 40),
+            ("mcp-java-v1", b"j" * 40),
         )
     ]
     return ms.Keyset([*own, *sdk])
 
 
 def seeds(keys: ms.Keyset, fmt: str) -> list[str]:
-    state = "s" if fmt in ("mcp-py", "mcp-rb") else {"k": [1, 2.5, None, "é"]}
+    state = "s" if fmt in ("mcp-py", "mcp-rb", "mcp-java") else {"k": [1, 2.5, None, "é"]}
     tokens = [ms.mint(keys, state, format=fmt, now=NOW, **BINDINGS.get(fmt, {}))]
     if fmt in ("mcp-rs", "mcp-rs2"):
         tokens.append(ms.mint(keys, b"\x00raw", format=fmt, now=NOW))
