@@ -342,8 +342,9 @@ SECRET_ENCODINGS = ("raw", "base64", "hex")
 
 
 def read_secret(source: str, stdin: BinaryIO, limit: int) -> bytes:
-    """The bytes of secret file ``source`` (or of ``stdin`` for ``-``), read only up to ``limit``;
-    one trailing newline, as editors leave, is stripped. ``ValueError`` says what is wrong."""
+    """The bytes of secret file ``source`` (or of ``stdin`` for ``-``), read only up to ``limit``
+    and exactly as they are (:func:`decode_secret` says what a trailing newline means).
+    ``ValueError`` says what is wrong."""
     try:
         if source == "-":
             data = stdin.read(limit + 1)
@@ -354,16 +355,24 @@ def read_secret(source: str, stdin: BinaryIO, limit: int) -> bytes:
         raise ValueError(f"cannot read secret file {source}: {err.strerror}") from None
     if len(data) > limit:
         raise ValueError(f"the secret in {source} is over {limit} bytes")
-    if data.endswith(b"\n"):
-        data = data[:-1]
     if not data:
         raise ValueError(f"the secret in {source} is empty")
     return data
 
 
 def decode_secret(data: bytes, encoding: str, source: str) -> bytes:
-    """The raw secret from how it was written down (surrounding whitespace ignored for text)."""
+    """The raw secret from how it was written down (surrounding whitespace ignored for text).
+
+    A raw secret is taken byte for byte, so a final newline cannot be told from the key's own
+    last byte (one random key in 256 ends in 0x0a) or from one an editor or ``echo`` added:
+    it is refused, never silently kept or dropped, and the message says how to write it."""
     if encoding == "raw":
+        if data.endswith(b"\n"):
+            raise ValueError(
+                f"the raw secret in {source} ends with a newline, which may be the key's last "
+                "byte or one an editor added: write it without one (printf '%s' \"$SECRET\"), "
+                "or as base64 or hex text with --encoding base64 or --encoding hex"
+            )
         return data
     import base64
     import binascii

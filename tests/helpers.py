@@ -48,6 +48,12 @@ def mint(ks: Path, *args: str) -> str:
     return run("--keyset", str(ks), "mint", *args).stdout.strip()
 
 
+def raw_secret(size: int = 32) -> bytes:
+    """Random key bytes for ``keys import``: never ending in a newline, which a raw secret
+    file may not (keys import cannot tell the key's byte from an editor's)."""
+    return os.urandom(size - 1) + b"k"
+
+
 def keys_import(
     ks: Path, alg: str, secret: bytes | str, *extra: str, code: int = 0, name: str = ""
 ) -> Result:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
@@ -18,7 +17,7 @@ from click.testing import CliRunner
 import mrtr_state as ms
 from mrtr_state.cli import cli
 
-from .helpers import CLEAN_ENV, mint, run
+from .helpers import CLEAN_ENV, mint, raw_secret, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -468,7 +467,7 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
     token = mint(ks, "--principal", "alice")
     kid = json.loads(run("--keyset", str(ks), "keys", "add", "--json").stdout)["kid"]
     secret = tmp_path / "secret.bin"
-    secret.write_bytes(os.urandom(32))
+    secret.write_bytes(raw_secret(32))
     secret.chmod(0o600)
     capture = tmp_path / "capture.jsonl"
     capture.write_text('{"jsonrpc":"2.0","id":1,"method":"ping"}\n')

@@ -4,7 +4,6 @@ completion. Every check runs the real command line, as a user or a script would.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from click.testing import CliRunner
 import mrtr_state as ms
 from mrtr_state.cli import cli
 
-from .helpers import CLEAN_ENV, keys_import, mint, run
+from .helpers import CLEAN_ENV, keys_import, mint, raw_secret, run
 
 # --- a wrong bind value, in every format that takes one --------------------------------------
 
@@ -33,7 +32,7 @@ BIND_FORMATS = {
 @pytest.mark.parametrize("fmt", sorted(BIND_FORMATS))
 def test_a_wrong_bind_value_exits_as_the_wire_allows(ks: Path, fmt: str) -> None:
     alg, extra, code, reason = BIND_FORMATS[fmt]
-    keys_import(ks, alg, os.urandom(32), *extra)
+    keys_import(ks, alg, raw_secret(32), *extra)
     token = mint(ks, "--format", fmt, "--bind", "session-1", "--state", '{"n":1}')
     k = ("--keyset", str(ks), "verify", "--ttl-cap", "none")
     assert run(*k, "--bind", "session-1", token).stdout == '{"n":1}\n'

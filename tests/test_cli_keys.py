@@ -14,7 +14,7 @@ import pytest
 
 import mrtr_state as ms
 
-from .helpers import run
+from .helpers import raw_secret, run
 
 
 @pytest.fixture
@@ -102,7 +102,14 @@ def test_prune_keeps_recently_retired_keys(path: Path) -> None:
 def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
     path = tmp_path / "new" / "keyset.json"
     secret_file = tmp_path / "secret.bin"
-    secret_file.write_bytes(os.urandom(32) + b"\n")  # the trailing newline is stripped
+    secret_file.write_bytes(os.urandom(31) + b"\n")  # a newline: the key's byte or an editor's?
+    refused = run(
+        *("--keyset", str(path), "keys", "import", "--alg", "HS256"),
+        *("--secret-file", str(secret_file)),
+        code=2,
+    )
+    assert "ends with a newline" in refused.stderr and not path.exists()
+    secret_file.write_bytes(os.urandom(31) + b"k")  # exactly the key's bytes
     first = json.loads(
         run(
             "--keyset",
@@ -120,7 +127,7 @@ def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     loaded = ms.Keyset.load(path).get(first["kid"])
     assert loaded is not None
-    assert loaded.secret == secret_file.read_bytes()[:-1]
+    assert loaded.secret == secret_file.read_bytes()
     second = run(
         "--keyset",
         str(path),
@@ -130,7 +137,7 @@ def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
         "HS256",
         "--secret-file",
         "-",
-        input=os.urandom(32),
+        input=raw_secret(32),
     )
     assert re.fullmatch(r"imported HS256 key [0-9a-f]{8} as pending into .*\n", second.stdout)
     third = json.loads(
@@ -145,7 +152,7 @@ def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
             "-",
             "--primary",
             "--json",
-            input=os.urandom(32),
+            input=raw_secret(32),
         ).stdout
     )
     assert third["status"] == "primary"
@@ -159,7 +166,7 @@ def test_import_from_a_file_and_stdin(tmp_path: Path) -> None:
         "A256GCM",
         "--secret-file",
         "-",
-        input=b"c2hvcnQ=\n",
+        input=b"c2hvcnQ=",
         code=2,
     )
     assert "A256GCM needs exactly 32 secret bytes; - holds 8" in short.stderr

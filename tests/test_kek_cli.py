@@ -21,7 +21,7 @@ from mrtr_state.cli import cli
 from mrtr_state.errors import KekRefused
 from mrtr_state.keyset import Keyset
 
-from .helpers import CLEAN_ENV, ROOT, run
+from .helpers import CLEAN_ENV, ROOT, raw_secret, run
 
 URI = "passphrase:env:MRTR_TEST_PASSPHRASE"
 OTHER = "passphrase:env:MRTR_TEST_OTHER"
@@ -407,7 +407,7 @@ def test_keys_list_shows_an_rmcp_key_id_inert_with_and_without_the_kek(sealed: P
     anyone's who can write the file: escape sequences, BEL and bidi controls in it are shown
     escaped, in the table and in --json, read with the KEK or without."""
     secret = sealed.parent / "rmcp.key"
-    secret.write_bytes(os.urandom(32))
+    secret.write_bytes(raw_secret(32))
     secret.chmod(0o600)
     run(
         "--keyset", str(sealed), "--kek", URI, "keys", "import", "--alg", "mcp-rs-v2",

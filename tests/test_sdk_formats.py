@@ -31,7 +31,9 @@ def test_captured_tokens_through_the_cli(tmp_path: Path) -> None:
     path = tmp_path / "keyset.json"
     data = captured()
     for secret in data["python_sdk"][1]["secrets"]:  # py-c's ring: k2 then k1
-        keys_import(path, "mcp-py-v1", secret + "\n")  # (a trailing newline is stripped)
+        # a newline after the SDK's text secret is refused, never dropped or kept silently
+        assert "ends with a newline" in keys_import(path, "mcp-py-v1", secret + "\n", code=2).stderr
+        keys_import(path, "mcp-py-v1", secret)
     keys_import(path, "mcp-ts-v1", data["typescript_sdk"][0]["key"])
     for entry in data["python_sdk"]:
         flags = [

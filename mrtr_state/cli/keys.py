@@ -237,7 +237,7 @@ def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
 @click.option(
     "--secret-file",
     metavar="FILE|-",
-    help="File holding the raw secret bytes, or - for stdin (one trailing newline is stripped).",
+    help="File holding the secret (raw bytes exactly, or text as --encoding says), or - for stdin.",
 )
 @click.option(
     "--secret-env",
@@ -293,13 +293,17 @@ def keys_import(
         secret = read_secret(secret_file, sys.stdin.buffer, limit)
     else:
         secret = _env_secret(str(secret_env))
-    secret = decode_secret(secret, encoding, secret_file or f"${secret_env}")
+    source = secret_file or f"${secret_env}"
+    secret = decode_secret(secret, encoding, source)
     if not secret_length_ok(alg, secret):
         wanted = secret_rule(alg)
-        raise click.UsageError(
-            f"{alg} needs {wanted} secret bytes; {secret_file} holds {len(secret)} "
-            "(if it is base64 or hex text for one of our formats, decode it to raw bytes first)"
+        hint = (
+            " (if it holds base64 or hex text, say so with --encoding base64 or --encoding hex)"
+            if encoding == "raw"
+            else ""
         )
+        held = len(secret)
+        raise click.UsageError(f"{alg} needs {wanted} secret bytes; {source} holds {held}{hint}")
     imported: list[Key] = []
 
     def add(current: Keyset) -> Keyset:
