@@ -30,6 +30,7 @@ from .registry import (
     sdk_kid_problem,
     secret_length_ok,
     secret_rule,
+    shape_peers,
 )
 
 __all__ = ["LAST_SECOND", "STATUSES", "Key", "KeyTable", "changed_key"]
@@ -248,6 +249,8 @@ class KeyTable:
             self._admit(key, source, secrets)
             admitted.append(key)
         self.keys = tuple(admitted)
+        if secrets:
+            _one_secret_per_shape(self.keys, source)
 
     def _admit(self, key: Key, source: str, secrets: bool) -> None:
         """Check one key against the keyset's invariants. Without ``secrets`` (the clear list
@@ -290,6 +293,25 @@ class KeyTable:
                 )
             self.primary[key.alg] = key
         self.by_kid[key.kid] = key
+
+
+def _one_secret_per_shape(keys: tuple[Key, ...], source: str) -> None:
+    """Refuse one secret held under two algorithms whose tokens share a shape (mcp-php-v1 and
+    mcp-java-v1, say): the first key whose MAC opens a token names its format, so the other
+    format's tokens would all be read as the first's and refused."""
+    seen: dict[bytes, Key] = {}
+    for key in keys:
+        if not shape_peers(key.alg):
+            continue
+        other = seen.get(key.secret)
+        if other is not None and other.alg in shape_peers(key.alg):
+            raise KeysetInvalid(
+                f"{source}: keys {other.kid} ({other.alg}) and {key.kid} ({key.alg}) hold the "
+                "same secret, and their tokens look alike: the key that opens a token names its "
+                "format, so one secret can serve only one of them (keep the key of the SDK that "
+                "uses it)"
+            )
+        seen.setdefault(key.secret, key)
 
 
 def _keep_prepared(key: Key, before: Key | None) -> Key:

@@ -416,6 +416,28 @@ def _shapes(
 
 
 _PREFIXED, _UNPREFIXED = _shapes(_TABLE)
+
+
+def _shape_peers(table: tuple[_Entry, ...]) -> dict[str, frozenset[str]]:
+    """Key algorithm -> the other algorithms whose formats share its token shape."""
+    by_shape: dict[ShapeKey, set[str]] = {}
+    for entry in table:
+        by_shape.setdefault(entry.shape, set()).add(entry.alg.name)
+    return {
+        alg: frozenset(algs - {alg}) for algs in by_shape.values() for alg in algs if len(algs) > 1
+    }
+
+
+_SHAPE_PEERS = _shape_peers(_TABLE)
+
+
+def shape_peers(alg: str) -> frozenset[str]:
+    """The key algorithms whose tokens look like ``alg``'s (one shape, several formats): the key
+    that opens such a token names its format, so one secret must not be held under two of them
+    (its MAC would open the other's tokens and name the wrong format)."""
+    return _SHAPE_PEERS.get(alg, frozenset())
+
+
 _LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
 _UNKNOWN_SHAPE = "not a requestState token of any known format"
 

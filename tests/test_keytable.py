@@ -8,6 +8,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
+from mrtr_state.errors import KeysetInvalid
 from mrtr_state.keytable import Key, KeyTable, changed_key
 
 from .test_keyset_store import jwk, write_keyset
@@ -79,3 +80,21 @@ def test_a_key_whose_id_is_not_its_secret_s_names_the_remedy() -> None:
     with pytest.raises(ms.KeysetInvalid, match="exactly 32 bytes") as short:
         ms.Keyset([Key(kid="0a0b0c0d", alg="A256GCM", secret=b"x")])
     assert short.value.remedy == ("replace_key", {"alg": "A256GCM"})
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("mcp-php-v1", "mcp-java-v1"), ("mcp-py-v1", "mcp-rb-v1")]
+)
+def test_one_secret_is_not_held_under_two_algorithms_whose_tokens_look_alike(
+    first: str, second: str
+) -> None:
+    """Found by a review: the same secret imported for the PHP and the Java SDK made every Java
+    token fail, read as PHP (the first key whose MAC opens a token names its format). Algorithms
+    whose tokens differ in shape may share one (rmcp's rs1 signing key is also a ring key)."""
+    secret = b"\x33" * 32
+    with pytest.raises(KeysetInvalid, match="hold the same secret, and their tokens look alike"):
+        ms.Keyset([Key.from_secret(first, secret), Key.from_secret(second, secret)])
+    ms.Keyset(
+        [Key.from_secret("mcp-rs-v1", secret), Key.from_secret("mcp-rs-v2", secret, sdk_kid="r")]
+    )
+    ms.Keyset([Key.from_secret(first, secret), Key.from_secret(second, b"\x44" * 32)])

@@ -219,3 +219,40 @@ def test_mint_verify_and_inspect_through_the_cli(tmp_path: Path) -> None:
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _java_token(secret: bytes, payload: bytes) -> str:
+    """A token as the SDK's seal lays it out, around any payload: base64url of the payload, a
+    dot, base64url of the HMAC-SHA256 of that first segment's text."""
+    import hashlib
+    import hmac
+
+    body = _b64url(payload)
+    return body + "." + _b64url(hmac.digest(secret, body.encode(), hashlib.sha256))
+
+
+@pytest.mark.parametrize("exp", [2**63, 10**30, -(2**63) - 1])
+def test_an_exp_no_java_long_holds_is_refused_even_without_a_ttl_cap(exp: int) -> None:
+    """The SDK reads exp into a `long`: its mapper refuses a number outside it, so even a
+    verifier that caps no lifetime refuses the token (found by a review: 2**63 was accepted
+    with ttl_cap none)."""
+    secret = b"\x42" * 32
+    keyset = ms.Keyset([Key.from_secret("mcp-java-v1", secret)])
+    payload = f'{{"v":1,"s":"x","exp":{exp},"p":null,"m":"tools/call","n":"t"}}'.encode()
+    with pytest.raises(ms.InvalidClaims, match="a Java long"):
+        ms.verify(
+            keyset,
+            _java_token(secret, payload),
+            method="tools/call",
+            target="t",
+            policy=ms.Policy(ttl_cap=None),
+        )
+    longest = payload.replace(str(exp).encode(), str(2**63 - 1).encode())
+    claims = ms.verify(
+        keyset,
+        _java_token(secret, longest),
+        method="tools/call",
+        target="t",
+        policy=ms.Policy(ttl_cap=None),
+    )
+    assert claims.state == "x"

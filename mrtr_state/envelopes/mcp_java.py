@@ -41,6 +41,8 @@ _MEMBERS = frozenset({"v", "s", "exp", "p", "m", "n"})
 _CARRIES = PRINCIPAL | REQUEST
 _new_tuple = tuple.__new__
 _NULLABLE = (str, type(None))
+#: the range of the SDK's ``long exp``: its mapper refuses a number outside it
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 # Jackson 2's string escapes: the quote, the backslash, \b \t \n \f \r, the other C0 controls as
 # \u00XX with upper-case digits; everything else (non-ASCII, "/", U+2028, DEL) as it is.
@@ -134,8 +136,8 @@ class McpJavaEnvelope(RequestStateOnly):
         if type(get("s")) is not str:
             raise InvalidClaims(f"{what}: missing state (s must be a string)")
         exp: Any = get("exp")
-        if type(exp) is not int:
-            raise InvalidClaims(f"{what}: exp must be an integer (Unix milliseconds)")
+        if type(exp) is not int or not _LONG_MIN <= exp <= _LONG_MAX:  # the SDK's `long exp`
+            raise InvalidClaims(f"{what}: exp must be an integer (Unix milliseconds, a Java long)")
         principal: Any = get("p")
         method: Any = get("m")
         target: Any = get("n")
