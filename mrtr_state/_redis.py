@@ -61,6 +61,10 @@ def connect(url: str, *, timeout: float = 5.0) -> Any:
     """
     options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if url.startswith(("redis://", "rediss://", "unix://")):
+        if not url.startswith("unix://"):
+            db = urlsplit(url).path.strip("/")
+            if db and not db.isdigit():  # redis-py would quietly take database 0
+                raise ValueError("the database is a number: redis://HOST:PORT/N")
         from redis import Redis
 
         return Redis.from_url(url, **options)

@@ -99,7 +99,10 @@ def handle_id(text: str) -> bytes:
     """The id a handle carries, read strictly: exact length, canonical base64url, a check value
     that matches (so mistyped or made-up text is refused without asking the store)."""
     if len(text) != HANDLE_LENGTH or not text.startswith(PREFIX):
-        raise MalformedToken(f"not a state handle: {HANDLE_LENGTH} characters starting {PREFIX}")
+        raise MalformedToken(
+            f"not a state handle: a handle is {HANDLE_LENGTH} characters, {PREFIX} and "
+            f"{HANDLE_LENGTH - len(PREFIX)} more"
+        )
     try:
         raw = b64url_decode(text[len(PREFIX) :])
     except EncodingError as err:

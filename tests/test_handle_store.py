@@ -282,3 +282,10 @@ def test_the_proxys_client_loads_its_script_where_it_is_missing() -> None:
             assert (await atake(store, ident)).handed
 
         run_async(url, scenario)
+
+
+def test_a_redis_url_whose_database_is_not_a_number_is_refused() -> None:
+    """redis-py reads redis://HOST/abc as database 0; a typo must not quietly pick another
+    database (found by a review)."""
+    with pytest.raises(StateStoreError, match="the database is a number"):
+        open_handle_store("redis://127.0.0.1:6379/abc")

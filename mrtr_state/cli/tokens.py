@@ -454,7 +454,8 @@ def inspect_cmd(
     TOKEN may be @FILE; - (or no TOKEN with a pipe on stdin) inspects every line, each under its
     line number (with --json one JSON object per line, with "line"); a line that is not a token
     is reported in its place, and the exit code is the most severe of those lines (as for
-    verify -: 6, 5, 4, 1, 3, then 2 for an empty one), after all lines are done. With
+    verify -: 6, 5, 4, 1, 3, then 2 for an empty one), after all lines are done. A token shown
+    NOT VERIFIED is not a failure (exit 0): inspect reports, verify judges. With
     --state-store URL, TOKEN is a state handle (mh1.): what the store holds for it is shown, the
     owner as a digest, the state only with --show-state; nothing is taken.
 
