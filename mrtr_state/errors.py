@@ -67,7 +67,8 @@ __all__ = [
 #: whose secret cannot be used); ``reimport_key`` (a key id that is not its secret's);
 #: ``import_key`` (alg, and sdk_kid "needed" for keyring keys: the keyset holds no usable key of
 #: an SDK's algorithm); ``encrypt_keyset`` (kek: a plain keyset where a KEK is configured);
-#: ``list_keys`` (a key id the keyset does not hold).
+#: ``list_keys`` (a key id the keyset does not hold); ``use_state_store`` (a state handle given
+#: where a token was expected).
 REMEDIES = frozenset(
     {
         "create_keyset",
@@ -77,6 +78,7 @@ REMEDIES = frozenset(
         "import_key",
         "encrypt_keyset",
         "list_keys",
+        "use_state_store",
     }
 )
 

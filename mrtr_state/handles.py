@@ -47,6 +47,7 @@ from .errors import (
     PrincipalMismatch,
     RequestMismatch,
 )
+from .registry import HANDLE_PREFIX
 
 __all__ = [
     "DEFAULT_MAX_STATE",
@@ -63,7 +64,7 @@ __all__ = [
     "record_key",
 ]
 
-PREFIX = "mh1."
+PREFIX = HANDLE_PREFIX
 _ID = 16
 _CHECK = 4
 #: Every handle has this many characters.

@@ -440,6 +440,9 @@ def shape_peers(alg: str) -> frozenset[str]:
 
 _LONGEST_PREFIX = max(len(prefix) for prefix in _PREFIXED)
 _UNKNOWN_SHAPE = "not a requestState token of any known format"
+#: The prefix of a state handle (:mod:`mrtr_state.handles`): not a token, but named here so
+#: that one given where a token is expected is told apart from garbage.
+HANDLE_PREFIX = "mh1."
 
 
 def shape_of(token: str) -> Shape:
@@ -456,6 +459,10 @@ def shape_of(token: str) -> Shape:
             start_shape[1] if start_shape is not None and token.startswith(start_shape[0]) else None
         )
     if shape is None:
+        if token.startswith(HANDLE_PREFIX):
+            raise MalformedToken(
+                "a state handle, not a token: its state is in a store, verified there"
+            ).needing("use_state_store")
         raise MalformedToken(_UNKNOWN_SHAPE)
     return shape if shape.formats else shape.load()
 

@@ -24,6 +24,7 @@ from mrtr_state.registry import (
 )
 
 from .conftest import NOW
+from .helpers import run
 
 REQUEST: dict[str, Any] = {"method": "tools/call", "target": "deploy"}
 #: what each format binds when minted here (the Python and Ruby SDKs always bind a request)
@@ -167,3 +168,17 @@ def test_token_text_caps_and_normalises_before_anything_else() -> None:
         registry.token_text("ms1.é", 64)
     with pytest.raises(TypeError):
         registry.token_text(7, 64)  # type: ignore[arg-type]
+
+
+def test_a_state_handle_given_as_a_token_is_told_apart_from_garbage() -> None:
+    """Found by a review: `verify mh1...` without --state-store said only that the text is no
+    token of any known format. The library names the remedy; the CLI words the option."""
+    keyset = ms.Keyset.generate(("A256GCM",))
+    handle = "mh1." + "A" * 27
+    with pytest.raises(ms.MalformedToken, match="a state handle, not a token") as caught:
+        ms.verify(keyset, handle, request_id="r")
+    assert caught.value.remedy == ("use_state_store", {})
+    with pytest.raises(ms.MalformedToken, match="not a requestState token of any known format"):
+        ms.verify(keyset, "mh2." + "A" * 27, request_id="r")
+    shown = run("inspect", handle, code=1)
+    assert "a state handle, not a token" in shown.stderr and "--state-store URL" in shown.stderr

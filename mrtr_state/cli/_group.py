@@ -74,6 +74,7 @@ _REMEDIES = {
     "import_key": "import it with: mrtr-state keys import --alg {alg}{kid} --secret-file FILE",
     "encrypt_keyset": "if this is intended, encrypt it with: mrtr-state keys encrypt --kek {kek}",
     "list_keys": "see: mrtr-state keys list",
+    "use_state_store": "give the store's URL with --state-store URL",
 }
 
 
