@@ -61,6 +61,7 @@ __all__ = [
     "json_value_end",
     "one_shot_encoder",
     "report_json",
+    "utf8",
 ]
 
 MAX_DEPTH = 32
@@ -305,28 +306,13 @@ def authenticated_object(plaintext: bytes) -> dict[str, Any]:
     compact JSON, and one spelling fewer is one ambiguity fewer."""
     if plaintext[:1] != b"{":
         raise EncodingError("not a JSON object")
-    try:
-        text = plaintext.decode("utf-8")
-        value, end = _PLAIN(text, 0)
-    except EncodingError:
-        raise
-    except StopIteration:
-        raise EncodingError("not valid JSON") from None
-    except RecursionError:
-        raise NestingError("JSON nests deeper than this reader goes") from None
-    except UnicodeDecodeError:
-        raise EncodingError("JSON is not valid UTF-8") from None
-    except ValueError as err:  # JSONDecodeError, and int() refusing a 4,300-digit literal
-        raise EncodingError(f"not valid JSON ({err})") from None
-    if end != len(text):
-        raise EncodingError(f"not valid JSON (unexpected data at offset {end})")
-    document: dict[str, Any] = value
+    document: dict[str, Any] = authenticated_json(plaintext)
     return document
 
 
 def authenticated_json(data: bytes) -> Any:
-    """Any JSON value in authenticated ``data``, read as :func:`authenticated_object` reads an
-    object (for payloads that may be any value: rmcp's)."""
+    """Any JSON value in authenticated ``data``, read plainly (see the module docstring), or
+    the :class:`EncodingError` saying why not; :func:`authenticated_object` for an object."""
     try:
         text = data.decode("utf-8")
         value, end = _PLAIN(text, 0)
@@ -338,7 +324,7 @@ def authenticated_json(data: bytes) -> Any:
         raise NestingError("JSON nests deeper than this reader goes") from None
     except UnicodeDecodeError:
         raise EncodingError("JSON is not valid UTF-8") from None
-    except ValueError as err:
+    except ValueError as err:  # JSONDecodeError, and int() refusing a 4,300-digit literal
         raise EncodingError(f"not valid JSON ({err})") from None
     if end != len(text):
         raise EncodingError(f"not valid JSON (unexpected data at offset {end})")
@@ -490,12 +476,18 @@ def report_json(value: Any) -> str:
         sys.setrecursionlimit(limit)
 
 
-def json_bytes(value: Any) -> bytes:
-    """:func:`json_dumps` as UTF-8 bytes; refuses lone surrogates, which UTF-8 cannot carry."""
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, or the ``ValueError`` every writer gives for a lone surrogate (which
+    UTF-8 cannot carry, and so no token can)."""
     try:
-        return json_dumps(value).encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+
+
+def json_bytes(value: Any) -> bytes:
+    """:func:`json_dumps` as UTF-8 bytes; refuses lone surrogates, which UTF-8 cannot carry."""
+    return utf8(json_dumps(value))
 
 
 def claims_bytes(claims: dict[str, Any], state: Any) -> bytes:
@@ -506,8 +498,7 @@ def claims_bytes(claims: dict[str, Any], state: Any) -> bytes:
         if problem is not None:
             raise ValueError(problem)
     try:
-        return _encode(claims).encode("utf-8")
+        text = _encode(claims)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
-    except UnicodeEncodeError:
-        raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+    return utf8(text)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import skeleton
+from .._encoding import skeleton, utf8
 from ..binding import PRINCIPAL, REQUEST, Binding
 from ..claims import Claims
 from ..errors import ExpiredToken, InvalidClaims, PrincipalMismatch, RequestMismatch
@@ -110,10 +110,7 @@ class McpJavaEnvelope(RequestStateOnly):
             f'"p":{jackson_string(binding.principal)},"m":{jackson_string(binding.method)},'
             f'"n":{jackson_string(document["n"])}}}'
         )
-        try:
-            return text.encode("utf-8"), document
-        except UnicodeEncodeError:
-            raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+        return utf8(text), document
 
     def accept(
         self,

@@ -24,7 +24,7 @@ import math
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import one_shot_encoder
+from .._encoding import one_shot_encoder, utf8
 from ..binding import AUDIENCE, REQUEST, Binding
 from ..claims import Claims
 from ..errors import AudienceMismatch, ExpiredToken, InvalidClaims, RequestMismatch
@@ -154,10 +154,7 @@ class McpRbEnvelope(RequestStateOnly):
         if binding.audience is not None:
             document["aud"] = binding.audience
         document["s"] = state
-        try:
-            return _encode_envelope(document).encode("utf-8"), document
-        except UnicodeEncodeError:
-            raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+        return utf8(_encode_envelope(document)), document
 
     def accept(
         self,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .._encoding import EncodingError, authenticated_json, b64url_encode, one_shot_encoder
+from .._encoding import EncodingError, authenticated_json, b64url_encode, one_shot_encoder, utf8
 from ..binding import BIND, Binding
 from ..claims import Claims
 from ..errors import ExpiredToken, InvalidClaims, MalformedToken
@@ -46,11 +46,10 @@ def payload_of(state: Any) -> bytes:
     if isinstance(state, bytes | bytearray | memoryview):
         return bytes(state)
     try:
-        return _encode_payload(state).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+        text = _encode_payload(state)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
+    return utf8(text)
 
 
 def _state(payload: bytes) -> Any:

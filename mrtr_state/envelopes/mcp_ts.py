@@ -20,6 +20,7 @@ from .._encoding import (
     b64url_encode,
     compare_digest,
     one_shot_encoder,
+    utf8,
 )
 from .._primitives import Keyed, hmac_key
 from ..binding import BIND, Binding
@@ -73,10 +74,7 @@ class McpTsEnvelope(RequestStateOnly):
         body: dict[str, Any] = {"p": state, "exp": int(now) + ttl}
         if binding.bind is not None:
             body["b"] = bind_tag(key, binding.bind)
-        try:
-            return _encode_body(body).encode("utf-8"), body
-        except UnicodeEncodeError:
-            raise ValueError("value holds a lone surrogate, which UTF-8 cannot encode") from None
+        return utf8(_encode_body(body)), body
 
     def accept(
         self,
@@ -123,11 +121,7 @@ class McpTsEnvelope(RequestStateOnly):
                 type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))
             ):
                 raise RequestMismatch("bind mismatch")
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (document["p"], None, exp, None, None, None, None, document, key.kid, self.name),
-        )
+        return self._claims(document, key.kid)
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
         # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
