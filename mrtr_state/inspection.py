@@ -121,13 +121,20 @@ def inspect(
     """
     text = token_text(token, policy.max_size)
     shape = shape_of(text)
-    fmt = shape.formats[0]  # without a key, a shared shape is shown as its first format
+    fmt = shape.formats[0]
     anatomy = fmt.anatomy(text)
+    readable = _readable_claims(anatomy)
+    if len(shape.formats) > 1 and readable is not None:
+        # without a key, a readable shared shape is shown as the first of its formats whose
+        # state member the body holds (else as the first)
+        fmt = next((one for one in shape.formats if one.envelope.state_member in readable), fmt)
+        anatomy = fmt.anatomy(text)
     envelope = fmt.envelope
+    if readable is not None:
+        readable = envelope.unverified(readable)
     notes = fmt.notes
     if len(shape.formats) > 1:
         notes = (*notes, _shared_note(shape, keyset))
-    readable = _readable_claims(anatomy)
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
@@ -187,7 +194,10 @@ _UNSTATED_ASSOCIATED = (
 
 def _shared_note(shape: Shape, keyset: Keyset | None) -> str:
     if keyset is None:
-        return f"this shape is {shape.name}; without a keyset it cannot tell which"
+        return (
+            f"this shape is {shape.name}; without a keyset it cannot tell which (shown as the "
+            "one whose state member the body holds)"
+        )
     return f"this shape is {shape.name}; the keyset's key that opens it tells which"
 
 
