@@ -116,7 +116,9 @@ class _Link(asyncio.Protocol):
         if not self._waiting:
             return
         deadline = self._waiting[0][1]
-        if self._loop.time() >= deadline:
+        # uvloop's timers count whole milliseconds and may fire just before the deadline:
+        # within a millisecond of it counts as reached (else the watchdog would re-arm in a spin)
+        if self._loop.time() >= deadline - 0.001:
             self._fail("timed out")
             self.close()
         else:
@@ -192,10 +194,14 @@ class Node:
             raise StoreFailure(
                 f"{self.host}:{self.port} unreachable ({type(err).__name__})"
             ) from None
-        if self._password is not None:
-            await link.send(("AUTH", self._password))
-        if self._db:
-            await link.send(("SELECT", self._db))
+        try:
+            if self._password is not None:
+                await link.send(("AUTH", self._password))
+            if self._db:
+                await link.send(("SELECT", self._db))
+        except BaseException:  # refused (a wrong password, no such database) or cancelled
+            link.close()  # else each attempt would leave a connection open on both sides
+            raise
         self._link = link
         return link
 

@@ -171,7 +171,8 @@ def _primaries(settings: Settings, keyset: Keyset | None) -> Check:
             "primary keys",
             "ok",
             f"{listed}; none mints {settings.format}, the default format: mint with --format, "
-            "or set format in the config",
+            "or set format in the config (the proxy's tokens are aead: it needs an A256GCM "
+            "primary, or --state-store)",
         )
     if needed not in primaries:
         return Check(

@@ -106,6 +106,8 @@ class MemoryHandleStore:
         self._expiries: list[tuple[float, str]] = []
 
     def put(self, key: str, value: bytes, keep_until: float) -> None:
+        if not math.isfinite(keep_until):  # a NaN would sit first in the heap, purging nothing
+            raise ValueError(f"a record is kept until a finite time, not {keep_until!r}")
         self._purge()
         if key in self._records:
             raise StateStoreError("a record is already filed under that key")
@@ -119,6 +121,10 @@ class MemoryHandleStore:
             return None
         if found[0][:43] == lock.encode("ascii"):
             del self._records[key]
+            if len(self._expiries) > 2 * len(self._records) + 1024:
+                # most entries are of records taken before their time: keep the live ones
+                self._expiries = [(until, k) for k, (_, until) in self._records.items()]
+                heapq.heapify(self._expiries)
             return Taken(found[0], True)
         return Taken(found[0], False)
 

@@ -235,6 +235,11 @@ def test_without_a_keyset_inspect_names_the_format_whose_body_it_is(tmp_path: Pa
     text = run("inspect", java).stdout
     assert "mcp-java tokens carry no key id" in text and "expires" not in text
     assert json.loads(run("inspect", "--json", php).stdout)["format"] == "mcp-php"
+    assert "(shown as mcp-java: its body holds that format's state member" in text
+    # with the keyset, the key that opened it names the format, whichever the body suggested
+    opened = json.loads(run("--keyset", str(ks), "inspect", "--json", java).stdout)
+    assert opened["verified"] is True and opened["format"] == "mcp-java"
+    assert any(note.startswith("mcp-java: opened by its key ") for note in opened["notes"])
 
 
 def _b64url(data: bytes) -> str:
