@@ -418,8 +418,9 @@ _encode_ascii = one_shot_encoder(json.JSONEncoder(separators=(",", ":"), allow_n
 
 def encode_wire(value: Any) -> bytes:
     """Compact, ASCII-only JSON bytes of a value :func:`json_loads` produced (a message the
-    proxy forwards): non-ASCII and lone surrogates are written as ``\\u`` escapes, so any
-    reader gets back exactly the value that was parsed."""
+    proxy forwards) or of finite numbers and checked text (a handle's record): non-ASCII and
+    lone surrogates are written as ``\\u`` escapes, so any reader gets back exactly that value;
+    NaN and the infinities are a ``ValueError``."""
     return _encode_ascii(value).encode("ascii")
 
 

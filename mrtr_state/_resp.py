@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -62,14 +63,25 @@ def slot_of(key: bytes) -> int:
 
 
 class _Link(asyncio.Protocol):
-    """One connection: commands written as they come, replies matched to them in order."""
+    """One connection: commands written as they come, replies matched to them in order.
 
-    def __init__(self) -> None:
+    Replies come back in the order commands were sent, so only the oldest command waiting can
+    be late first: one watchdog timer per link, set for the oldest command's deadline, replaces
+    a timer per command (which cost more CPU than the command's own bytes). A command not
+    answered within the timeout fails the link and every command waiting on it: those behind it
+    could only be answered after it.
+    """
+
+    def __init__(self, timeout: float) -> None:
         import hiredis
 
         self._reader = hiredis.Reader()
         self._pack = hiredis.pack_command
-        self._waiting: deque[asyncio.Future[Any]] = deque()
+        self._timeout = timeout
+        #: (waiter, deadline) of each command sent and not yet answered, oldest first
+        self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.lost = False
 
@@ -80,25 +92,58 @@ class _Link(asyncio.Protocol):
         self._reader.feed(data)
         while (reply := self._reader.gets()) is not False:
             if self._waiting:
-                waiter = self._waiting.popleft()
-                if not waiter.done():
+                waiter = self._waiting.popleft()[0]
+                if waiter.done():
+                    continue
+                if isinstance(reply, Exception):  # an error reply (hiredis.ReplyError)
+                    waiter.set_exception(StoreFailure(str(reply)))
+                else:
                     waiter.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._fail("the connection closed")
+
+    def _fail(self, why: str) -> None:
         self.lost = True
         while self._waiting:
-            waiter = self._waiting.popleft()
+            waiter = self._waiting.popleft()[0]
             if not waiter.done():
-                waiter.set_exception(StoreFailure("the connection closed"))
+                waiter.set_exception(StoreFailure(why))
+
+    def _watch(self) -> None:
+        """The watchdog: fail the link if its oldest command is late, else wait for the next."""
+        self._watchdog = None
+        if not self._waiting:
+            return
+        deadline = self._waiting[0][1]
+        # uvloop's timers count whole milliseconds and may fire just before the deadline:
+        # within a millisecond of it counts as reached (else the watchdog would re-arm in a spin)
+        if self._loop.time() >= deadline - 0.001:
+            self._fail("timed out")
+            self.close()
+        else:
+            self._watchdog = self._loop.call_at(deadline, self._watch)
 
     def send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
-        assert self.transport is not None
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+        """The reply to one command, to be awaited: an error reply raises the
+        :class:`StoreFailure` naming it, as does a link that fails or a reply later than the
+        timeout."""
+        if self.lost or self.transport is None:
+            raise StoreFailure("the connection closed")
+        loop = self._loop
+        waiter: asyncio.Future[Any] = loop.create_future()
+        deadline = loop.time() + self._timeout
+        self._waiting.append((waiter, deadline))
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(deadline, self._watch)
         self.transport.write(self._pack(args))
         return waiter
 
     def close(self) -> None:
+        self.lost = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.transport is not None:
             self.transport.abort()
 
@@ -123,9 +168,6 @@ class Node:
         self._opening: asyncio.Future[_Link] | None = None
 
     async def _connected(self) -> _Link:
-        link = self._link
-        if link is not None and not link.lost:
-            return link
         if self._opening is None:
             self._opening = asyncio.ensure_future(self._open())
         try:
@@ -136,50 +178,48 @@ class Node:
 
     async def _open(self) -> _Link:
         loop = asyncio.get_running_loop()
+        timeout = self._timeout
         try:
             _, link = await asyncio.wait_for(
                 loop.create_connection(
-                    _Link,
+                    lambda: _Link(timeout),
                     self.host,
                     self.port,
                     ssl=self._tls,
                     server_hostname=self.host if self._tls else None,
                 ),
-                self._timeout,
+                timeout,
             )
         except (OSError, TimeoutError, ssl.SSLError) as err:
             raise StoreFailure(
                 f"{self.host}:{self.port} unreachable ({type(err).__name__})"
             ) from None
-        if self._password is not None:
-            await self._reply(link, ("AUTH", self._password))
-        if self._db:
-            await self._reply(link, ("SELECT", self._db))
+        try:
+            if self._password is not None:
+                await link.send(("AUTH", self._password))
+            if self._db:
+                await link.send(("SELECT", self._db))
+        except BaseException:  # refused (a wrong password, no such database) or cancelled
+            link.close()  # else each attempt would leave a connection open on both sides
+            raise
         self._link = link
         return link
 
-    async def _reply(self, link: _Link, args: tuple[Any, ...]) -> Any:
-        waiter = link.send(args)
-        timer = asyncio.get_running_loop().call_later(self._timeout, _expire, waiter)
-        try:
-            reply = await waiter
-        finally:
-            timer.cancel()
-        if isinstance(reply, Exception):  # an error reply: hiredis.ReplyError
-            raise StoreFailure(str(reply))
-        return reply
+    def call(self, *args: Any) -> Awaitable[Any]:
+        """The reply to one command, to be awaited; :class:`StoreFailure` for anything else. A
+        failed link is dropped (a late reply fails it), so the next command opens a new one.
 
-    async def call(self, *args: Any) -> Any:
-        """The reply to one command; :class:`StoreFailure` for anything else. A timed-out or
-        failed link is dropped, so the next command opens a new one."""
+        Not a coroutine while the link is up: the reply's future itself, so the task that
+        awaits it resumes straight from the reply (the proxy makes two commands a round trip)."""
+        link = self._link
+        if link is None or link.lost:
+            self._link = None
+            return self._call_connected(args)
+        return link.send(args)
+
+    async def _call_connected(self, args: tuple[Any, ...]) -> Any:
         link = await self._connected()
-        try:
-            return await self._reply(link, args)
-        except StoreFailure as err:
-            if link.lost or "timed out" in str(err):
-                link.close()
-                self._link = None
-            raise
+        return await link.send(args)
 
     def close(self) -> None:
         if self._link is not None:
@@ -187,15 +227,10 @@ class Node:
             self._link = None
 
 
-def _expire(waiter: asyncio.Future[Any]) -> None:
-    if not waiter.done():
-        waiter.set_exception(StoreFailure("timed out"))
-
-
 class Router:
     """Sends each command to the node that serves its key. ``nodes()`` lists the primaries."""
 
-    async def call(self, key: bytes, *args: Any) -> Any:
+    def call(self, key: bytes, *args: Any) -> Awaitable[Any]:
         raise NotImplementedError
 
     async def nodes(self) -> list[Node]:
@@ -209,8 +244,8 @@ class _One(Router):
     def __init__(self, node: Node) -> None:
         self._node = node
 
-    async def call(self, key: bytes, *args: Any) -> Any:
-        return await self._node.call(*args)
+    def call(self, key: bytes, *args: Any) -> Awaitable[Any]:
+        return self._node.call(*args)
 
     async def nodes(self) -> list[Node]:
         return [self._node]

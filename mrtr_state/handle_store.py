@@ -18,6 +18,7 @@ written once, below.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import time
 from collections.abc import Callable
@@ -99,12 +100,19 @@ class MemoryHandleStore:
         self.max_skew = max_skew
         self.url = "memory:"
         self._records: dict[str, tuple[bytes, float]] = {}
+        #: (keep until, key) of every record filed, soonest first: purging looks only at the
+        #: records whose time is up, not at all of them (entries of records taken since stay
+        #: until their time, and are then passed over)
+        self._expiries: list[tuple[float, str]] = []
 
     def put(self, key: str, value: bytes, keep_until: float) -> None:
+        if not math.isfinite(keep_until):  # a NaN would sit first in the heap, purging nothing
+            raise ValueError(f"a record is kept until a finite time, not {keep_until!r}")
         self._purge()
         if key in self._records:
             raise StateStoreError("a record is already filed under that key")
         self._records[key] = (value, keep_until)
+        heapq.heappush(self._expiries, (keep_until, key))
 
     def take(self, key: str, lock: str) -> Taken | None:
         self._purge()
@@ -113,6 +121,10 @@ class MemoryHandleStore:
             return None
         if found[0][:43] == lock.encode("ascii"):
             del self._records[key]
+            if len(self._expiries) > 2 * len(self._records) + 1024:
+                # most entries are of records taken before their time: keep the live ones
+                self._expiries = [(until, k) for k, (_, until) in self._records.items()]
+                heapq.heapify(self._expiries)
             return Taken(found[0], True)
         return Taken(found[0], False)
 
@@ -130,11 +142,16 @@ class MemoryHandleStore:
 
     def _purge(self) -> None:
         now = time.time()
-        for key in [k for k, (_, until) in self._records.items() if until <= now]:
-            del self._records[key]
+        expiries, records = self._expiries, self._records
+        while expiries and expiries[0][0] <= now:
+            until, key = heapq.heappop(expiries)
+            found = records.get(key)
+            if found is not None and found[1] == until:
+                del records[key]
 
     def close(self) -> None:
         self._records.clear()
+        self._expiries.clear()
 
 
 class RedisHandleStore:
@@ -262,7 +279,7 @@ class AsyncRedisHandleStore:
             raise self._error(doing, err) from None
 
     async def _check(self) -> None:
-        if time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None:
+        if self._check_due():
             problem = None
             try:
                 for node in await self._router.nodes():
@@ -279,8 +296,13 @@ class AsyncRedisHandleStore:
         if self._problem is not None:
             raise self._error("keep records", self._problem)
 
+    def _check_due(self) -> bool:
+        """Whether the server's policy and clock are to be read (again) before a write."""
+        return time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None
+
     async def put(self, key: str, value: bytes, keep_until: float) -> None:
-        await self._check()
+        if self._check_due():  # tested here: most writes need no check, nor a coroutine for it
+            await self._check()
         ms = math.ceil(keep_until * 1000)
         stored = await self._call("file a record", key, "SET", key, value, "NX", "PXAT", ms)
         if stored is None:
@@ -331,10 +353,9 @@ def _info_fields(text: Any) -> dict[str, Any]:
 
 
 async def awaited(value: Any) -> Any:
-    """A store's answer, whether its operations are coroutines (Redis) or not (memory)."""
-    import inspect
-
-    return await value if inspect.isawaitable(value) else value
+    """A store's answer, whether its operations are coroutines (Redis) or not (memory; no
+    store answers with an object that is awaitable in itself)."""
+    return await value if hasattr(value, "__await__") else value
 
 
 def open_handle_store(url: str, *, max_skew: float = 300.0, asyncio: bool = False) -> Any:

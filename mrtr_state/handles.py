@@ -36,7 +36,14 @@ import hashlib
 import math
 from typing import Any, NamedTuple
 
-from ._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest, json_loads
+from ._encoding import (
+    EncodingError,
+    b64url_decode,
+    b64url_encode,
+    compare_digest,
+    encode_wire,
+    json_loads,
+)
 from ._entropy import random_bytes
 from .binding import Binding
 from .errors import (
@@ -126,14 +133,8 @@ def _binding_parts(binding: Binding) -> list[str | None]:
 def lock_of(ident: bytes, binding: Binding) -> str:
     """What a retry must present for the store to hand the record over: SHA-256 over the
     handle's id and the binding stated (43 base64url characters)."""
-    parts = json_compact(_binding_parts(binding)).encode("utf-8")
+    parts = encode_wire(_binding_parts(binding))
     return b64url_encode(hashlib.sha256(_LOCK_LABEL + ident + parts).digest())
-
-
-def json_compact(value: Any) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
 
 
 def _owner(principal: str, salt: bytes) -> str:
@@ -168,7 +169,7 @@ def encode_record(ident: bytes, state: str, binding: Binding, *, now: float, ttl
         "rid": binding.fingerprint(),
         "st": state,
     }
-    return (lock_of(ident, binding) + "\n" + json_compact(document)).encode("utf-8")
+    return lock_of(ident, binding).encode("ascii") + b"\n" + encode_wire(document)
 
 
 def decode_record(value: bytes) -> Record:

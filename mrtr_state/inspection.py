@@ -121,13 +121,23 @@ def inspect(
     """
     text = token_text(token, policy.max_size)
     shape = shape_of(text)
-    fmt = shape.formats[0]  # without a key, a shared shape is shown as its first format
+    fmt = shape.formats[0]
     anatomy = fmt.anatomy(text)
+    readable = _readable_claims(anatomy)
+    told = False  # whether the body told a shared shape's formats apart (not verified)
+    if len(shape.formats) > 1 and readable is not None:
+        # a readable shared shape is shown as the one of its formats whose state member the
+        # body holds, if only one does (else as the first)
+        holders = [one for one in shape.formats if one.envelope.state_member in readable]
+        if len(holders) == 1:
+            fmt, told = holders[0], True
+            anatomy = fmt.anatomy(text)
     envelope = fmt.envelope
+    if readable is not None:
+        readable = envelope.unverified(readable)
     notes = fmt.notes
     if len(shape.formats) > 1:
-        notes = (*notes, _shared_note(shape, keyset))
-    readable = _readable_claims(anatomy)
+        notes = (*notes, _shared_note(shape, keyset, fmt.name if told else None))
     if keyset is None:
         return Inspection(
             anatomy=anatomy,
@@ -158,9 +168,10 @@ def inspect(
             problem=err,
             notes=notes,
         )
-    if opened is not fmt:  # one shape, two formats: the key that opened it names this one
-        fmt = opened
-        anatomy = fmt.anatomy(text)
+    if len(shape.formats) > 1:  # one shape, several formats: the key that opened it names one
+        if opened is not fmt:
+            fmt = opened
+            anatomy = fmt.anatomy(text)
         notes = (*fmt.notes, f"{fmt.name}: opened by its key {key.kid}")
     if not anatomy.kid:  # a token that names no key: the one that opened it
         anatomy.kid = key.kid
@@ -185,10 +196,13 @@ _UNSTATED_ASSOCIATED = (
 )
 
 
-def _shared_note(shape: Shape, keyset: Keyset | None) -> str:
-    if keyset is None:
-        return f"this shape is {shape.name}; without a keyset it cannot tell which"
-    return f"this shape is {shape.name}; the keyset's key that opens it tells which"
+def _shared_note(shape: Shape, keyset: Keyset | None, by_body: str | None) -> str:
+    if keyset is not None:
+        return f"this shape is {shape.name}; the keyset's key that opens it tells which"
+    note = f"this shape is {shape.name}; without a keyset it cannot tell which"
+    if by_body is not None:
+        note += f" (shown as {by_body}: its body holds that format's state member, unverified)"
+    return note
 
 
 def _readable_claims(anatomy: Anatomy) -> dict[str, Any] | None:

@@ -389,6 +389,22 @@ def test_doctor_passes_a_healthy_deployment_and_names_what_fails(ks: Path) -> No
     assert "doctor: 2 checks failed: primary keys, replay store" in text.stderr
 
 
+def test_doctor_passes_a_keyset_of_sdk_keys_only_unless_the_default_format_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    """A keyset made for one SDK's tokens (here Java's) mints none of the default format: that
+    is its purpose, not a fault, until a format its keys cannot mint is configured."""
+    ks = tmp_path / "keyset.json"
+    run("--keyset", str(ks), "keys", "init", "--alg", "mcp-java-v1")
+    report = json.loads(run("--keyset", str(ks), "doctor", "--json").stdout)
+    check = next(c for c in report["checks"] if c["name"] == "primary keys")
+    assert report["ok"] is True and check["status"] == "ok"
+    assert "none mints aead, the default format" in check["detail"]
+    env = {"MRTR_STATE_FORMAT": "aead"}
+    text = run("--keyset", str(ks), "doctor", env=env, code=6)
+    assert "no primary A256GCM key to mint aead tokens" in text.stdout
+
+
 def test_doctor_checks_the_kek_and_the_clock_of_a_redis_store(tmp_path: Path) -> None:
     from .helpers import private_redis
 

@@ -76,6 +76,22 @@ def test_a_record_is_gone_after_the_time_it_was_filed_until(store: Any) -> None:
     assert take(store, ident) is None
 
 
+def test_the_memory_store_forgets_exactly_the_records_whose_time_is_up() -> None:
+    """Purging pops expiries in order: a record taken before its time leaves an entry that is
+    passed over, and records filed for later stay."""
+    store = MemoryHandleStore()
+    now = time.time()
+    soon = [(f"soon{n}", now + 0.2 + n / 1000) for n in range(50)]
+    later = [(f"later{n}", now + 300) for n in range(50)]
+    for key, until in soon + later:
+        store.put(key, b"L" * 43 + b"\n{}", until)
+    assert store.take("soon0", "L" * 43) is not None  # taken early: its heap entry remains
+    assert len(store) == 99
+    time.sleep(0.35)
+    assert len(store) == 50 and all(store.peek(key) is not None for key, _ in later)
+    assert store.peek("soon1") is None
+
+
 def test_a_large_state_round_trips(store: Any) -> None:
     ident = filed(store, "x" * (256 << 10))
     assert len(handles.decode_record(take(store, ident).value).state) == 256 << 10
@@ -289,3 +305,150 @@ def test_a_redis_url_whose_database_is_not_a_number_is_refused() -> None:
     database (found by a review)."""
     with pytest.raises(StateStoreError, match="the database is a number"):
         open_handle_store("redis://127.0.0.1:6379/abc")
+
+
+def test_the_proxys_client_fails_a_silent_server_closed_then_opens_a_new_link() -> None:
+    """A server that takes the connection and never answers (stopped, or a black hole): each
+    command fails within the timeout, those queued behind it too, and the link is dropped,
+    so the next command opens a new one (which this server answers)."""
+    from mrtr_state._resp import Node, StoreFailure
+
+    async def scenario() -> None:
+        links: list[asyncio.Event] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            done = asyncio.Event()
+            links.append(done)
+            answering = len(links) > 1  # the first link is a black hole
+            try:
+                while await reader.read(4096):
+                    if answering:
+                        writer.write(b"+PONG\r\n")
+            finally:
+                writer.close()
+                done.set()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        node = Node("127.0.0.1", port, password=None, db=0, tls=False, timeout=0.3)
+        started = time.monotonic()
+        late = [asyncio.ensure_future(node.call("PING")) for _ in range(3)]
+        outcomes = await asyncio.wait_for(asyncio.gather(*late, return_exceptions=True), 5)
+        assert all(isinstance(o, StoreFailure) and "timed out" in str(o) for o in outcomes)
+        assert 0.25 < time.monotonic() - started < 2.0
+        assert await node.call("PING") == b"PONG" and len(links) == 2
+        node.close()
+        for done in links:  # each link's end seen by the server (the first, at the timeout)
+            await asyncio.wait_for(done.wait(), 5)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(scenario())
+
+
+def test_an_error_reply_fails_its_command_and_keeps_the_link() -> None:
+    with private_redis() as (_, url):
+        from mrtr_state._resp import StoreFailure, router_for
+
+        async def scenario() -> None:
+            router = router_for(url, timeout=2.0)
+            try:
+                with pytest.raises(StoreFailure, match="unknown command"):
+                    await router.call(b"k", "NOSUCHCOMMAND")
+                assert await router.call(b"k", "PING") in (b"PONG", "PONG")
+                assert len(await router.nodes()) == 1
+            finally:
+                router.close()
+
+        asyncio.run(scenario())
+
+
+def test_a_refused_password_or_database_leaves_no_connection_open() -> None:
+    """AUTH or SELECT refused while a link opens: the command fails closed and the connection
+    is closed too (each round used to leave one open on both sides; found by a review)."""
+    import redis
+
+    from mrtr_state._resp import StoreFailure, router_for
+
+    with private_redis() as (_, url):
+        admin = redis.Redis.from_url(url)
+        admin.config_set("requirepass", "sekrit")
+        admin = redis.Redis.from_url(url.replace("redis://", "redis://:sekrit@"))
+        port = url.rsplit(":", 1)[1].split("/")[0]
+
+        async def scenario() -> None:
+            for bad in (
+                f"redis://:wrong@127.0.0.1:{port}/0",
+                f"redis://:sekrit@127.0.0.1:{port}/99",
+            ):
+                router = router_for(bad, timeout=2.0)
+                try:
+                    for _ in range(20):
+                        with pytest.raises(StoreFailure):
+                            await router.call(b"k", "PING")
+                finally:
+                    router.close()
+            await asyncio.sleep(0.2)  # the server sees the closes
+
+        asyncio.run(scenario())
+        assert int(admin.info("clients")["connected_clients"]) == 1  # the admin's own
+
+
+def test_the_memory_store_refuses_a_time_that_is_not_finite_and_keeps_its_heap_bounded() -> None:
+    store = MemoryHandleStore()
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite time"):
+            store.put("k", b"L" * 43 + b"\n{}", bad)
+    later = time.time() + 300
+    for n in range(5000):  # filed and taken at once, as a busy server's rounds are
+        store.put(f"k{n}", b"L" * 43 + b"\n{}", later)
+        assert store.take(f"k{n}", "L" * 43) is not None
+    store.put("kept", b"L" * 43 + b"\n{}", later)
+    assert len(store._expiries) <= 1024 + 2 and store.peek("kept") is not None
+
+
+def test_the_watchdog_fires_once_per_late_command_under_uvloop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvloop's timers count whole milliseconds and may fire just before a float deadline: the
+    watchdog must take that as the deadline, not re-arm in a spin (found by a review: 200 runs
+    in 2 ms)."""
+    uvloop = pytest.importorskip("uvloop")
+    from mrtr_state import _resp
+
+    runs: list[float] = []
+    watch = _resp._Link._watch
+
+    def counted(link: Any) -> None:
+        runs.append(time.monotonic())
+        watch(link)
+
+    monkeypatch.setattr(_resp._Link, "_watch", counted)
+
+    async def scenario() -> None:
+        async def first_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            answered = False
+            while await reader.read(4096):
+                if not answered:  # the first command on a link is answered, later ones not
+                    writer.write(b"+PONG\r\n")
+                    answered = True
+            writer.close()
+
+        server = await asyncio.start_server(first_only, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for trial in range(20):
+            node = _resp.Node(
+                "127.0.0.1", port, password=None, db=0, tls=False, timeout=0.0505
+            )  # no whole ms
+            assert await node.call("PING") == b"PONG"  # arms the watchdog for its deadline
+            # the late command's deadline falls between the loop's milliseconds: the watchdog
+            # re-arms for it when the first command's deadline passes
+            await asyncio.sleep(0.0003 + trial * 0.00037)
+            with pytest.raises(_resp.StoreFailure, match="timed out"):
+                await node.call("PING")
+            node.close()
+        server.close()
+        await server.wait_closed()
+
+    uvloop.run(scenario())
+    assert len(runs) <= 3 * 20  # per trial: the first deadline, the late one's (a third, rarely)

@@ -217,6 +217,31 @@ def test_mint_verify_and_inspect_through_the_cli(tmp_path: Path) -> None:
     assert got.stdout == '"step=2;env=prod"\n'
 
 
+def test_without_a_keyset_inspect_names_the_format_whose_body_it_is(tmp_path: Path) -> None:
+    """PHP's and Java's tokens share a shape; without a key, the body's state member tells
+    them apart for the reader, and a Java expiry stays in milliseconds (``exp_ms``) rather
+    than being read as seconds some 50,000 years out (found by a review)."""
+    ks = tmp_path / "keyset.json"
+    keys_import(ks, "mcp-java-v1", SECRET)
+    keys_import(ks, "mcp-php-v1", bytes(range(32)))
+    java = mint(
+        ks, "--format", "mcp-java", "--state", '"s"', "--method", "tools/call", "--target", "deploy"
+    )
+    php = mint(ks, "--format", "mcp-php", "--state", '{"step": 2}')
+    shown = json.loads(run("inspect", "--json", java).stdout)
+    assert shown["format"] == "mcp-java" and shown["verified"] is False
+    assert "exp" not in shown["claims"] and shown["claims"]["exp_ms"] > 10**12
+    assert shown["expires_at"] is None and shown["state"] == "s"
+    text = run("inspect", java).stdout
+    assert "mcp-java tokens carry no key id" in text and "expires" not in text
+    assert json.loads(run("inspect", "--json", php).stdout)["format"] == "mcp-php"
+    assert "(shown as mcp-java: its body holds that format's state member" in text
+    # with the keyset, the key that opened it names the format, whichever the body suggested
+    opened = json.loads(run("--keyset", str(ks), "inspect", "--json", java).stdout)
+    assert opened["verified"] is True and opened["format"] == "mcp-java"
+    assert any(note.startswith("mcp-java: opened by its key ") for note in opened["notes"])
+
+
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 

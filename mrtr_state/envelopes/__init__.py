@@ -145,6 +145,11 @@ class Envelope(Protocol):
         """The claims of a document :meth:`pack` made under the key ``kid``."""
         ...
 
+    def unverified(self, document: dict[str, Any]) -> dict[str, Any]:
+        """The members of a readable body as ``inspect`` shows them before any key has checked
+        it (read strictly by the caller), named as :meth:`view` names them."""
+        ...
+
     def sealed(self, payload: bytes) -> bytes:
         """The plaintext that carries raw ``payload`` (no claims), or ``ValueError``."""
         ...
@@ -222,9 +227,12 @@ class RequestStateOnly:
         """The members ``inspect`` shows of an opened plaintext: the JSON object as read (it
         was authenticated, not vouched for), or None."""
         try:
-            return authenticated_object(plaintext)
+            return self.unverified(authenticated_object(plaintext))
         except EncodingError:
             return None
+
+    def unverified(self, document: dict[str, Any]) -> dict[str, Any]:
+        return document
 
     def view(self, plaintext: bytes, key: Key, now: float, policy: Policy) -> View:
         notes = (f"the SDK's bindings ({self.binds}) were not checked",) if self.binds else ()

@@ -77,12 +77,11 @@ class McpJavaEnvelope(RequestStateOnly):
         super().__init__(name, confidential)
         self._payload = f"{name} payload"
 
-    def shown(self, plaintext: bytes) -> dict[str, Any] | None:
+    def unverified(self, document: dict[str, Any]) -> dict[str, Any]:
         """The payload as read, its ``exp`` shown as ``exp_ms``: the unit is the SDK's, and a
         reader taking ``exp`` for seconds (as every other format's is) would put the expiry
         some 50,000 years out."""
-        document = super().shown(plaintext)
-        if document is None or "exp" not in document:
+        if "exp" not in document:
             return document
         return {("exp_ms" if name == "exp" else name): value for name, value in document.items()}
 
