@@ -6,6 +6,8 @@ with an unprotected server behind ``mrtr-state proxy``; the unprotected server a
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import shutil
@@ -178,3 +180,19 @@ def test_the_unprotected_server_alone_accepts_a_tampered_state(
     servers.append(process)
     results = run_suite(suite, url + "/mcp")
     assert {s for s, (_, failed) in results.items() if failed} == {TAMPERED}
+
+
+def test_the_control_codec_accepts_the_suites_tamper_at_every_length() -> None:
+    """The control must fail the tampered-state scenario every run, whatever the envelope's
+    length: unpadded base64 plus the suite's ``-TAMPERED`` would be refused by accident."""
+    spec = importlib.util.spec_from_file_location(
+        "conformance_server", ROOT / "tests" / "conformance" / "server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(server)
+    codec = server.PlainCodec()
+    for length in range(60, 66):
+        payload = json.dumps({"k": "v" * length}).encode()
+        tampered = codec.seal(payload) + "-TAMPERED"
+        assert json.loads(codec.unseal(tampered)) == json.loads(payload)

@@ -35,9 +35,19 @@ from mrtr_state.mcp import CAPABILITIES_META_KEY, CapabilityMissing, check_capab
 
 
 class PlainCodec:
-    """No protection at all: the SDK's envelope in plain base64."""
+    """No protection at all: the SDK's envelope in plain base64, read by Python's lenient decoder.
+
+    The suite tampers by appending ``-TAMPERED``. The lenient decoder ignores what follows a
+    padding ``=``, but refuses a tail that leaves one character over a multiple of four, which
+    is what an unpadded encoding (a payload of a multiple of three bytes) plus those nine
+    characters gives. The envelope's length varies from run to run, so the control would then
+    pass by accident one run in three. Trailing spaces (which JSON ignores) keep the encoding
+    padded, so the tampered state is accepted every time, as the control needs.
+    """
 
     def seal(self, payload: bytes) -> str:
+        if len(payload) % 3 == 0:
+            payload += b" "
         return base64.urlsafe_b64encode(payload).decode()
 
     def unseal(self, token: str) -> bytes:
