@@ -351,6 +351,11 @@ class _Cluster(Router):
             node.close()
 
 
+def _number(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also takes '²' and Arabic-Indic digits)."""
+    return text.isascii() and text.isdigit()
+
+
 def router_for(url: str, *, timeout: float) -> Router:
     """The router a URL of :mod:`mrtr_state._redis` names; ``ValueError`` if it cannot be used.
     (Needs the ``hiredis`` package, which the ``redis`` extra brings.)"""
@@ -367,17 +372,20 @@ def router_for(url: str, *, timeout: float) -> Router:
         return Node(host, port, password=password, db=db, tls=tls, timeout=timeout)
 
     if scheme == "unix":
-        if parts.hostname or not parts.path.startswith("/"):  # unix://relative/path has a host
-            raise ValueError(f"{shown(url)}: write unix:///PATH/TO/redis.sock[?db=N]")
-        db = parse_qs(parts.query).get("db", ["0"])[-1]
-        if not db.isdigit():
+        query = parse_qs(parts.query, keep_blank_values=True)
+        # unix://relative/path has a host; ?password= would be read by redis-py, not here
+        if parts.hostname or not parts.path.startswith("/") or set(query) - {"db"}:
+            raise ValueError(f"{shown(url)}: write unix://[:PASSWORD@]/PATH/TO/redis.sock[?db=N]")
+        db = query.get("db", ["0"])[-1]
+        if not _number(db):
             raise ValueError(f"{shown(url)}: the database must be a number")
+        path = unquote(parts.path)
         return _One(
-            Node("", 0, password=password, db=int(db), tls=False, timeout=timeout, path=parts.path)
+            Node("", 0, password=password, db=int(db), tls=False, timeout=timeout, path=path)
         )
     if scheme in ("redis", "rediss"):
         db = parts.path.strip("/")
-        if db and not db.isdigit():
+        if db and not _number(db):
             raise ValueError(f"{shown(url)}: the database must be a number")
         return _One(make(parts.hostname or "127.0.0.1", parts.port or 6379, int(db or 0)))
     nodes = nodes_of(url)

@@ -99,22 +99,36 @@ KEY_PREFIX = "mrtr-state:state:"
 _HEADER = struct.Struct(">BqqIII")
 _VERSION = 1
 _ABSENT = 0xFFFFFFFF
+#: Times (s) past which iat or exp in milliseconds would not fit the header's 64 bits.
+_LATEST = 9e15
 
 
-class Handle(NamedTuple):
-    """A handle and what its id derives: the store key of its record and the record's key."""
+class Handle:
+    """A handle and what its id derives: the store key of its record and the record's key.
 
-    text: str
-    ident: bytes
-    #: where the record lives in the store (a digest of the id, never the id)
-    key: str
-    #: AES-256-GCM key of the record (never stored)
-    secret: bytes
+    Not a tuple: nothing may unpack or ``_asdict()`` the id and key into a log line; its repr
+    names the record by its ``ref`` only."""
+
+    __slots__ = ("ident", "key", "secret", "text")
+
+    def __init__(self, text: str, ident: bytes, key: str, secret: bytes) -> None:
+        self.text = text
+        self.ident = ident
+        #: where the record lives in the store (a digest of the id, never the id)
+        self.key = key
+        #: AES-256-GCM key of the record (never stored)
+        self.secret = secret
 
     @property
     def ref(self) -> str:
         """Names the record in logs: the last 8 characters of its key (never the handle)."""
         return self.key[-8:]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and compare_digest(self.ident, other.ident)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     def __repr__(self) -> str:  # a traceback or a log line must not show the id or the key
         return f"Handle(ref={self.ref!r})"
@@ -167,12 +181,14 @@ def lock_of(handle: Handle, binding: Binding) -> str:
     return b64url_encode(hashlib.sha256(_LOCK_LABEL + handle.ident + parts).digest())
 
 
-def owner_digest(principal: str | None) -> str | None:
-    """What ``inspect`` shows of a record's principal: a digest, never the name."""
+def owner_digest(handle: Handle, principal: str | None) -> str | None:
+    """What ``inspect`` shows of a record's principal: a digest keyed by the handle's id, so
+    that it neither links one principal's records nor lets a name be guessed without the
+    handle."""
     if principal is None:
         return None
-    digest = hashlib.sha256(_OWNER_LABEL + principal.encode("utf-8", "surrogatepass")).digest()
-    return b64url_encode(digest[:16])
+    text = principal.encode("utf-8", "surrogatepass")
+    return b64url_encode(hashlib.sha256(_OWNER_LABEL + handle.ident + text).digest()[:16])
 
 
 class Record(NamedTuple):
@@ -185,15 +201,18 @@ class Record(NamedTuple):
     aud: str | None
     rid: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, handle: Handle) -> dict[str, Any]:
         """For ``inspect``: every member but the state, the principal as a digest only."""
         return {
             "iat": self.iat,
             "exp": self.exp,
-            "own": owner_digest(self.sub),
+            "own": owner_digest(handle, self.sub),
             "aud": self.aud,
             "rid": self.rid,
         }
+
+    def __repr__(self) -> str:  # neither the state nor the principal in a traceback
+        return f"Record(iat={self.iat!r}, exp={self.exp!r}, aud={self.aud!r}, rid={self.rid!r})"
 
 
 def _utf8(text: str | None) -> bytes:
@@ -203,8 +222,10 @@ def _utf8(text: str | None) -> bytes:
 def encode_record(handle: Handle, state: str, binding: Binding, *, now: float, ttl: float) -> bytes:
     """The bytes a store keeps for ``handle``: its lock, a newline, then the record sealed under
     the handle's key (a random 12-byte nonce, then ciphertext and tag)."""
-    if not (math.isfinite(now) and math.isfinite(ttl)):
-        raise ValueError(f"a record is made at a finite time for a finite ttl, not {now}, {ttl}")
+    if not (math.isfinite(now) and math.isfinite(ttl) and abs(now) + abs(ttl) < _LATEST):
+        raise ValueError(
+            f"a record is made at a finite time for a finite ttl within range, not {now}, {ttl}"
+        )
     texts = [_utf8(binding.principal), _utf8(binding.audience), _utf8(binding.fingerprint())]
     sub = _ABSENT if binding.principal is None else len(texts[0])
     aud = _ABSENT if binding.audience is None else len(texts[1])

@@ -164,7 +164,7 @@ def inspect_handle(
         return report
     record = decode_record(opened, value)
     moment = time.time() if now is None else now
-    report.update(record.to_dict())
+    report.update(record.to_dict(opened))
     report["expired"] = not moment <= record.exp
     if show_state:
         report["state"] = record.state

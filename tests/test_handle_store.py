@@ -503,5 +503,25 @@ def test_the_proxys_client_reaches_a_redis_on_its_unix_socket(tmp_path: Path) ->
         server.kill()
         server.wait(10)
     for url in ("unix://relative/redis.sock", f"unix://{sock}?db=two"):
-        with pytest.raises(StateStoreError, match=r"unix:///PATH|database must be a number"):
+        with pytest.raises(
+            StateStoreError, match=r"unix://\[:PASSWORD@\]/PATH|database must be a number"
+        ):
             open_handle_store(url, asyncio=True)
+
+
+def test_the_proxy_reads_a_unix_url_as_the_cli_does_or_refuses_it() -> None:
+    """The proxy's client and redis-py (the CLI's) must reach the same socket with the same
+    credentials: a form only one of them would read is refused at start-up."""
+    from mrtr_state._resp import router_for
+
+    for url in (
+        "unix:///tmp/redis.sock?password=s3cret",  # redis-py would authenticate; refused here
+        "unix:///tmp/redis.sock?db=\u00b2",  # str.isdigit() takes a superscript two
+        "unix:///tmp/redis.sock?db=\u0661",  # and an Arabic-Indic one
+        "redis://127.0.0.1:6379/\u0661",
+    ):
+        with pytest.raises(ValueError, match=r"unix://\[:PASSWORD@\]|database must be a number"):
+            router_for(url, timeout=1.0)
+    router = router_for("unix:///tmp/a%20b.sock?db=3", timeout=1.0)
+    node = asyncio.run(router.nodes())[0]
+    assert node._path == "/tmp/a b.sock" and node._db == 3  # percent-decoded, as redis-py does

@@ -122,9 +122,9 @@ def test_a_record_is_accepted_for_its_own_retry() -> None:
     _, ident, value = made()
     record = handles.decode_record(ident, value)
     assert handles.accept(record, BOUND, now=NOW + 299) == "step=1"
-    assert (
-        record.to_dict()["aud"] == "https://mcp.example.com/mcp" and "state" not in record.to_dict()
-    )
+    assert record.to_dict(ident)[
+        "aud"
+    ] == "https://mcp.example.com/mcp" and "state" not in record.to_dict(ident)
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_times_are_kept_to_the_millisecond_never_later() -> None:
     value = handles.encode_record(IDENT, "s", BOUND, now=NOW + 0.0009, ttl=0.0019)
     record = handles.decode_record(IDENT, value)
     assert (record.iat, record.exp) == (NOW, NOW + 0.002)
-    for now, ttl in ((float("nan"), 60.0), (NOW, float("inf"))):
+    for now, ttl in ((float("nan"), 60.0), (NOW, float("inf")), (NOW, 1e17), (-1e16, 60.0)):
         with pytest.raises(ValueError, match="finite"):
             handles.encode_record(IDENT, "s", BOUND, now=now, ttl=ttl)
 
@@ -288,6 +288,28 @@ def test_a_record_moved_under_another_handle_does_not_open() -> None:
 
 def test_inspect_shows_the_principal_as_a_digest_only() -> None:
     _, ident, value = made()
-    shown = handles.decode_record(ident, value).to_dict()
-    assert shown["own"] == handles.owner_digest("alice") and "alice" not in json.dumps(shown)
-    assert handles.owner_digest("bob") != shown["own"] and handles.owner_digest(None) is None
+    shown = handles.decode_record(ident, value).to_dict(ident)
+    assert shown["own"] == handles.owner_digest(ident, "alice")
+    assert "alice" not in json.dumps(shown) and handles.owner_digest(ident, None) is None
+    assert handles.owner_digest(ident, "bob") != shown["own"]
+    # keyed by the handle: one principal's records are not linked, nor is a name guessable
+    _, other, _ = made()
+    assert handles.owner_digest(other, "alice") != shown["own"]
+
+
+def test_neither_a_handle_nor_a_record_shows_its_secrets_when_printed() -> None:
+    handle, ident, value = made(state="the-state")
+    record = handles.decode_record(ident, value)
+    for shown in (repr(ident), str(ident), f"{ident}", repr(record), str([ident, record])):
+        for secret in (handle, handle[4:], ident.key, "the-state", "alice"):
+            assert secret not in shown
+        assert ident.secret.hex() not in shown and repr(ident.ident) not in shown
+    assert not hasattr(ident, "_asdict") and not hasattr(ident, "__dict__")
+    assert handles.read_handle(handle) == ident and hash(handles.read_handle(handle)) == hash(ident)
+
+
+def test_a_record_without_an_audience_is_refused_to_a_retry_that_states_one() -> None:
+    bare = binding_of(principal="alice", method="tools/call", target="deploy")
+    value = handles.encode_record(IDENT, "s", bare, now=NOW, ttl=60)
+    with pytest.raises(AudienceMismatch):
+        handles.accept(handles.decode_record(IDENT, value), BOUND, now=NOW)

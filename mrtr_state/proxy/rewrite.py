@@ -356,14 +356,13 @@ class StateGuard:
             raise StateStoreError("the handle was not looked up")
         if opening.error is not None:
             raise opening.error
-        found, binding = opening.found, opening.binding
-        if found is None or binding is None:
+        found, binding, handle = opening.found, opening.binding, opening.handle
+        if found is None or binding is None or handle is None:
             raise UnknownHandle("unknown handle: never issued, already used, or expired")
-        assert opening.handle is not None  # set with every binding
-        state = accept(decode_record(opening.handle, found.value), binding, now=self.clock())
+        state = accept(decode_record(handle, found.value), binding, now=self.clock())
         if not found.handed:  # every binding matched, yet the lock did not: a damaged record
             raise InvalidClaims("the stored record's lock does not match its bindings")
-        return state, {"ref": opening.handle.ref}
+        return state, {"ref": handle.ref}
 
     async def take(
         self, body: Body, principal: str | None, audience: str | None
