@@ -9,7 +9,8 @@ parser redis-py itself uses) with this: one pipelined connection per node, repli
 requests in order, a timeout per command, and nothing else. Three topologies, from the URLs of
 :mod:`mrtr_state._redis`:
 
-* one server: the URL's host, password, database and TLS;
+* one server: the URL's host, password, database and TLS; or its Unix socket (``unix://``, a
+  Redis beside the proxy: a command then costs the proxy no TCP on either side of the socket);
 * Sentinel: the primary is asked of the Sentinels (``SENTINEL get-master-addr-by-name``) when
   first needed and again after any failure, so a failover is followed on the next command;
 * Cluster: the slot map is read with ``CLUSTER SLOTS`` from any node, each key sent to the
@@ -27,7 +28,7 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = ["Router", "StoreFailure", "router_for", "slot_of"]
 
@@ -160,8 +161,9 @@ class Node:
         db: int,
         tls: bool,
         timeout: float,
+        path: str | None = None,
     ) -> None:
-        self.host, self.port = host, port
+        self.host, self.port, self._path = host, port, path
         self._password, self._db, self._timeout = password, db, timeout
         self._tls = ssl.create_default_context() if tls else None
         self._link: _Link | None = None
@@ -180,20 +182,20 @@ class Node:
         loop = asyncio.get_running_loop()
         timeout = self._timeout
         try:
-            _, link = await asyncio.wait_for(
-                loop.create_connection(
+            if self._path is not None:
+                opening = loop.create_unix_connection(lambda: _Link(timeout), self._path)
+            else:
+                opening = loop.create_connection(
                     lambda: _Link(timeout),
                     self.host,
                     self.port,
                     ssl=self._tls,
                     server_hostname=self.host if self._tls else None,
-                ),
-                timeout,
-            )
+                )
+            _, link = await asyncio.wait_for(opening, timeout)
         except (OSError, TimeoutError, ssl.SSLError) as err:
-            raise StoreFailure(
-                f"{self.host}:{self.port} unreachable ({type(err).__name__})"
-            ) from None
+            where = self._path or f"{self.host}:{self.port}"
+            raise StoreFailure(f"{where} unreachable ({type(err).__name__})") from None
         try:
             if self._password is not None:
                 await link.send(("AUTH", self._password))
@@ -349,6 +351,11 @@ class _Cluster(Router):
             node.close()
 
 
+def _number(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also takes '²' and Arabic-Indic digits)."""
+    return text.isascii() and text.isdigit()
+
+
 def router_for(url: str, *, timeout: float) -> Router:
     """The router a URL of :mod:`mrtr_state._redis` names; ``ValueError`` if it cannot be used.
     (Needs the ``hiredis`` package, which the ``redis`` extra brings.)"""
@@ -364,9 +371,21 @@ def router_for(url: str, *, timeout: float) -> Router:
     def make(host: str, port: int, db: int = 0) -> Node:
         return Node(host, port, password=password, db=db, tls=tls, timeout=timeout)
 
+    if scheme == "unix":
+        query = parse_qs(parts.query, keep_blank_values=True)
+        # unix://relative/path has a host; ?password= would be read by redis-py, not here
+        if parts.hostname or not parts.path.startswith("/") or set(query) - {"db"}:
+            raise ValueError(f"{shown(url)}: write unix://[:PASSWORD@]/PATH/TO/redis.sock[?db=N]")
+        db = query.get("db", ["0"])[-1]
+        if not _number(db):
+            raise ValueError(f"{shown(url)}: the database must be a number")
+        path = unquote(parts.path)
+        return _One(
+            Node("", 0, password=password, db=int(db), tls=False, timeout=timeout, path=path)
+        )
     if scheme in ("redis", "rediss"):
         db = parts.path.strip("/")
-        if db and not db.isdigit():
+        if db and not _number(db):
             raise ValueError(f"{shown(url)}: the database must be a number")
         return _One(make(parts.hostname or "127.0.0.1", parts.port or 6379, int(db or 0)))
     nodes = nodes_of(url)
@@ -379,6 +398,6 @@ def router_for(url: str, *, timeout: float) -> Router:
     if scheme.endswith("cluster"):
         return _Cluster([make(host, port) for host, port in nodes], make)
     raise ValueError(
-        f"{shown(url)}: the proxy reaches Redis over TCP: redis://, redis+cluster:// or "
+        f"{shown(url)}: the proxy reaches Redis at redis://, unix://, redis+cluster:// or "
         "redis+sentinel://"
     )

@@ -11,40 +11,43 @@ takes it out, once. What that gives, and costs (docs/handles.md has the table):
 * state of any size (up to the store's limit) that never leaves the server side;
 * but the store must be reachable on every round trip: when it is not, the round fails closed.
 
-What a store holds cannot let its reader use a handle: a record is filed under a digest of the
-handle's id (a different label from the lock below), so a dump of the store names no live
-handle. It keeps the owner only as a salted digest of the principal. The record says what the
-state is bound to (owner, audience, request) and its expiry; the store keeps it until the expiry
-plus ``max_skew``, the bound on the difference between any two clocks that judge it (as the
-replay stores do), and the verifier refuses it after the expiry by its own clock.
+What a store holds lets its reader neither use a handle nor read a state. The id is the one
+secret: one SHA-512 over it (with a label) gives the handle's check value, the store key its
+record is filed under, and the AES-256-GCM key its record is sealed with. A dump of the store
+names no live handle (a key is a digest) and holds only ciphertext (the record's key is derived
+from an id the store never sees), and whoever can write to the store cannot alter a record, or
+move one under another handle, without its tag failing. The sealed record says what the state is
+bound to (principal, audience, request) and its expiry; the store keeps it until the expiry plus
+``max_skew``, the bound on the difference between any two clocks that judge it (as the replay
+stores do), and the verifier refuses it after the expiry by its own clock.
 
 The lock makes taking atomic *and* bound: it is SHA-256 over the handle's id and the binding the
-retry states (principal, audience, request fingerprint). The store hands the record over (and
-deletes it) only when the retry's lock is the record's; a record presented by another principal
-or for another request stays where it is, for its rightful retry, and the verifier reads it only
-to name the reason. Without the id nobody can compute a lock, so the lock in a dump gives a
-guesser nothing to test principals against.
+retry states (principal, audience, request fingerprint), stored in clear ahead of the sealed
+record because the store compares it. The store hands the record over (and deletes it) only when
+the retry's lock is the record's; a record presented by another principal or for another request
+stays where it is, for its rightful retry, and the verifier opens it only to name the reason.
+Without the id nobody can compute a lock, so the lock in a dump gives a guesser nothing to test
+principals against.
+
+The sealed record is a fixed binary layout, not JSON: its state can be a mebibyte, and a layout
+of lengths copies it where JSON would escape it on the way in and scan it on the way out. It is
+read only after its tag has authenticated it, with ``struct`` (C); its lengths are checked all
+the same (one reader, whatever wrote the bytes).
 
 Nothing here does I/O: it makes handles, locks and records, and checks a record taken from a
-store against a retry, one ordered run of checks each raising its specific error. Records come
-from a store, not from an authenticated token, so they are read with the strict JSON reader.
+store against a retry, one ordered run of checks each raising its specific error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from typing import Any, NamedTuple
 
-from ._encoding import (
-    EncodingError,
-    b64url_decode,
-    b64url_encode,
-    compare_digest,
-    encode_wire,
-    json_loads,
-)
+from ._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest, encode_wire
 from ._entropy import random_bytes
+from ._primitives import AESGCM, InvalidTag
 from .binding import Binding
 from .errors import (
     AudienceMismatch,
@@ -60,15 +63,16 @@ __all__ = [
     "DEFAULT_MAX_STATE",
     "HANDLE_LENGTH",
     "PREFIX",
+    "Handle",
     "Record",
     "accept",
     "decode_record",
     "encode_record",
-    "handle_id",
     "is_handle",
     "lock_of",
     "new_handle",
-    "record_key",
+    "owner_digest",
+    "read_handle",
 ]
 
 PREFIX = HANDLE_PREFIX
@@ -78,33 +82,81 @@ _CHECK = 4
 HANDLE_LENGTH = len(PREFIX) + 27
 #: The largest state a record holds by default (1 MiB).
 DEFAULT_MAX_STATE = 1 << 20
-_CHECK_LABEL = b"mrtr-state/handle/v1/check\x00"
-_KEY_LABEL = b"mrtr-state/handle/v1/key\x00"
+_DERIVE_LABEL = b"mrtr-state/handle/v1/derive\x00"
 _LOCK_LABEL = b"mrtr-state/handle/v1/lock\x00"
 _OWNER_LABEL = b"mrtr-state/handle/v1/owner\x00"
+#: The associated data of every sealed record: its format and version.
+_SEAL_AAD = b"mrtr-state/handle/v1/record"
+_NONCE = 12
+_TAG = 16
+#: A stored value's lock: 43 base64url characters, then a newline, then the sealed record.
+_LOCK = 43
+_SEALED_AT = _LOCK + 1
 #: Where records live in the store.
 KEY_PREFIX = "mrtr-state:state:"
-_SALT = 8
-_RECORD_MEMBERS = frozenset({"v", "st", "iat", "exp", "own", "aud", "rid"})
+#: The sealed record's header: version, iat and exp (ms), then the lengths of its principal,
+#: audience and request fingerprint (_ABSENT for none); the three, then the state, follow.
+_HEADER = struct.Struct(">BqqIII")
+_VERSION = 1
+_ABSENT = 0xFFFFFFFF
+#: Times (s) past which iat or exp in milliseconds would not fit the header's 64 bits.
+_LATEST = 9e15
+
+
+class Handle:
+    """A handle and what its id derives: the store key of its record and the record's key.
+
+    Not a tuple: nothing may unpack or ``_asdict()`` the id and key into a log line; its repr
+    names the record by its ``ref`` only."""
+
+    __slots__ = ("ident", "key", "secret", "text")
+
+    def __init__(self, text: str, ident: bytes, key: str, secret: bytes) -> None:
+        self.text = text
+        self.ident = ident
+        #: where the record lives in the store (a digest of the id, never the id)
+        self.key = key
+        #: AES-256-GCM key of the record (never stored)
+        self.secret = secret
+
+    @property
+    def ref(self) -> str:
+        """Names the record in logs: the last 8 characters of its key (never the handle)."""
+        return self.key[-8:]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and compare_digest(self.ident, other.ident)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:  # a traceback or a log line must not show the id or the key
+        return f"Handle(ref={self.ref!r})"
+
+
+def _handle(ident: bytes, derived: bytes) -> Handle:
+    text = PREFIX + b64url_encode(ident + derived[:_CHECK])
+    return Handle(text, ident, KEY_PREFIX + b64url_encode(derived[4:28]), derived[32:])
+
+
+def _derive(ident: bytes) -> bytes:
+    """Check value [0:4], store key [4:28] and record key [32:64], from one hash of the id."""
+    return hashlib.sha512(_DERIVE_LABEL + ident).digest()
 
 
 def is_handle(text: str) -> bool:
-    """Whether ``text`` claims to be a handle (its prefix); :func:`handle_id` says if it is."""
+    """Whether ``text`` claims to be a handle (its prefix); :func:`read_handle` says if it is."""
     return text.startswith(PREFIX)
 
 
-def new_handle() -> tuple[str, bytes]:
-    """A fresh handle and its id: 128 random bits, drawn from the OS."""
+def new_handle() -> Handle:
+    """A fresh handle: 128 random bits, drawn from the OS."""
     ident = random_bytes(_ID)
-    return PREFIX + b64url_encode(ident + _check(ident)), ident
+    return _handle(ident, _derive(ident))
 
 
-def _check(ident: bytes) -> bytes:
-    return hashlib.sha256(_CHECK_LABEL + ident).digest()[:_CHECK]
-
-
-def handle_id(text: str) -> bytes:
-    """The id a handle carries, read strictly: exact length, canonical base64url, a check value
+def read_handle(text: str) -> Handle:
+    """The handle ``text`` is, read strictly: exact length, canonical base64url, a check value
     that matches (so mistyped or made-up text is refused without asking the store)."""
     if len(text) != HANDLE_LENGTH or not text.startswith(PREFIX):
         raise MalformedToken(
@@ -116,83 +168,112 @@ def handle_id(text: str) -> bytes:
     except EncodingError as err:
         raise MalformedToken(f"not a state handle: {err}") from None
     ident = raw[:_ID]
-    if not compare_digest(raw[_ID:], _check(ident)):
+    derived = _derive(ident)
+    if not compare_digest(raw[_ID:], derived[:_CHECK]):
         raise MalformedToken("not a state handle: its check value does not match")
-    return ident
+    return _handle(ident, derived)
 
 
-def record_key(ident: bytes) -> str:
-    """The store key of a handle's record: a digest of its id, never the id itself."""
-    return KEY_PREFIX + b64url_encode(hashlib.sha256(_KEY_LABEL + ident).digest())
-
-
-def _binding_parts(binding: Binding) -> list[str | None]:
-    return [binding.principal, binding.audience, binding.fingerprint()]
-
-
-def lock_of(ident: bytes, binding: Binding) -> str:
+def lock_of(handle: Handle, binding: Binding) -> str:
     """What a retry must present for the store to hand the record over: SHA-256 over the
     handle's id and the binding stated (43 base64url characters)."""
-    parts = encode_wire(_binding_parts(binding))
-    return b64url_encode(hashlib.sha256(_LOCK_LABEL + ident + parts).digest())
+    parts = encode_wire([binding.principal, binding.audience, binding.fingerprint()])
+    return b64url_encode(hashlib.sha256(_LOCK_LABEL + handle.ident + parts).digest())
 
 
-def _owner(principal: str, salt: bytes) -> str:
-    digest = hashlib.sha256(_OWNER_LABEL + salt + principal.encode("utf-8")).digest()[:16]
-    return b64url_encode(salt + digest)
+def owner_digest(handle: Handle, principal: str | None) -> str | None:
+    """What ``inspect`` shows of a record's principal: a digest keyed by the handle's id, so
+    that it neither links one principal's records nor lets a name be guessed without the
+    handle."""
+    if principal is None:
+        return None
+    text = principal.encode("utf-8", "surrogatepass")
+    return b64url_encode(hashlib.sha256(_OWNER_LABEL + handle.ident + text).digest()[:16])
 
 
 class Record(NamedTuple):
-    """What a store keeps for one handle. ``own`` is a salted digest of the principal."""
+    """What a store keeps for one handle, opened. ``sub`` is the principal bound (or None)."""
 
     state: str
     iat: float
     exp: float
-    own: str | None
+    sub: str | None
     aud: str | None
     rid: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        """For ``inspect``: every member but the state."""
-        return {"iat": self.iat, "exp": self.exp, "own": self.own, "aud": self.aud, "rid": self.rid}
+    def to_dict(self, handle: Handle) -> dict[str, Any]:
+        """For ``inspect``: every member but the state, the principal as a digest only."""
+        return {
+            "iat": self.iat,
+            "exp": self.exp,
+            "own": owner_digest(handle, self.sub),
+            "aud": self.aud,
+            "rid": self.rid,
+        }
+
+    def __repr__(self) -> str:  # neither the state nor the principal in a traceback
+        return f"Record(iat={self.iat!r}, exp={self.exp!r}, aud={self.aud!r}, rid={self.rid!r})"
 
 
-def encode_record(ident: bytes, state: str, binding: Binding, *, now: float, ttl: float) -> bytes:
-    """The bytes a store keeps for handle ``ident``: its lock, a newline, the record's JSON."""
-    owner = None if binding.principal is None else _owner(binding.principal, random_bytes(_SALT))
-    document = {
-        "v": 1,
-        "iat": now,
-        "exp": now + ttl,
-        "own": owner,
-        "aud": binding.audience,
-        "rid": binding.fingerprint(),
-        "st": state,
-    }
-    return lock_of(ident, binding).encode("ascii") + b"\n" + encode_wire(document)
+def _utf8(text: str | None) -> bytes:
+    return b"" if text is None else text.encode("utf-8", "surrogatepass")
 
 
-def decode_record(value: bytes) -> Record:
-    """A record as a store returned it, read strictly (the store is not a token: nothing
-    authenticated these bytes), or :class:`InvalidClaims` naming what is wrong."""
-    _lock, newline, body = value.partition(b"\n")
-    try:
-        document = json_loads(body) if newline else None
-    except EncodingError as err:
-        raise InvalidClaims(f"the stored record is not strict JSON ({err})") from None
-    if type(document) is not dict or set(document) != _RECORD_MEMBERS or document["v"] != 1:
+def encode_record(handle: Handle, state: str, binding: Binding, *, now: float, ttl: float) -> bytes:
+    """The bytes a store keeps for ``handle``: its lock, a newline, then the record sealed under
+    the handle's key (a random 12-byte nonce, then ciphertext and tag)."""
+    if not (math.isfinite(now) and math.isfinite(ttl) and abs(now) + abs(ttl) < _LATEST):
+        raise ValueError(
+            f"a record is made at a finite time for a finite ttl within range, not {now}, {ttl}"
+        )
+    texts = [_utf8(binding.principal), _utf8(binding.audience), _utf8(binding.fingerprint())]
+    sub = _ABSENT if binding.principal is None else len(texts[0])
+    aud = _ABSENT if binding.audience is None else len(texts[1])
+    rid = _ABSENT if binding.fingerprint() is None else len(texts[2])
+    iat_ms = math.floor(now * 1000)
+    exp_ms = math.floor((now + ttl) * 1000)  # never later than the ttl says
+    header = _HEADER.pack(_VERSION, iat_ms, exp_ms, sub, aud, rid)
+    plaintext = b"".join((header, *texts, _utf8(state)))
+    nonce = random_bytes(_NONCE)
+    sealed = AESGCM(handle.secret).encrypt(nonce, plaintext, _SEAL_AAD)
+    return lock_of(handle, binding).encode("ascii") + b"\n" + nonce + sealed
+
+
+def _text(plaintext: bytes, start: int, length: int) -> tuple[str | None, int]:
+    if length == _ABSENT:
+        return None, start
+    end = start + length
+    if end > len(plaintext):
+        raise InvalidClaims("the stored record's lengths overrun it")
+    return plaintext[start:end].decode("utf-8", "surrogatepass"), end
+
+
+def decode_record(handle: Handle, value: bytes) -> Record:
+    """The record of ``handle`` as a store returned it, or :class:`InvalidClaims` naming what is
+    wrong. It is authenticated under the handle's key first: a record altered in the store,
+    filed under another handle's key, or not made by mrtr-state opens as nothing."""
+    if len(value) < _SEALED_AT + _NONCE + _TAG or value[_LOCK:_SEALED_AT] != b"\n":
         raise InvalidClaims("the stored record is not a version 1 state record")
-    state, iat, exp = document["st"], document["iat"], document["exp"]
-    if type(state) is not str:
-        raise InvalidClaims("the stored record's state is not a string")
-    for name in ("iat", "exp"):
-        number = document[name]
-        if type(number) not in (int, float) or not math.isfinite(number):
-            raise InvalidClaims(f"the stored record's {name} is not a finite number")
-    for name in ("own", "aud", "rid"):
-        if document[name] is not None and type(document[name]) is not str:
-            raise InvalidClaims(f"the stored record's {name} is not a string or null")
-    return Record(state, float(iat), float(exp), document["own"], document["aud"], document["rid"])
+    try:
+        plaintext = AESGCM(handle.secret).decrypt(
+            value[_SEALED_AT : _SEALED_AT + _NONCE], value[_SEALED_AT + _NONCE :], _SEAL_AAD
+        )
+    except InvalidTag:
+        raise InvalidClaims(
+            "the stored record does not open under its handle's key (altered in the store, or "
+            "not filed for this handle)"
+        ) from None
+    if len(plaintext) < _HEADER.size or plaintext[0] != _VERSION:
+        raise InvalidClaims("the stored record is not a version 1 state record")
+    _, iat_ms, exp_ms, *lengths = _HEADER.unpack_from(plaintext)
+    try:
+        sub, at = _text(plaintext, _HEADER.size, lengths[0])
+        aud, at = _text(plaintext, at, lengths[1])
+        rid, at = _text(plaintext, at, lengths[2])
+        state = plaintext[at:].decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        raise InvalidClaims("the stored record's text is not UTF-8") from None
+    return Record(state, iat_ms / 1000, exp_ms / 1000, sub, aud, rid)
 
 
 def accept(record: Record, binding: Binding, *, now: float) -> str:
@@ -205,16 +286,11 @@ def accept(record: Record, binding: Binding, *, now: float) -> str:
     """
     if not now <= record.exp:  # a NaN fails too
         raise ExpiredToken(f"the state expired {now - record.exp:.0f} s ago")
-    if (record.own is None) != (binding.principal is None):
-        stated = "the record is bound to none" if record.own is None else "none was given"
+    if (record.sub is None) != (binding.principal is None):
+        stated = "the record is bound to none" if record.sub is None else "none was given"
         raise PrincipalMismatch(f"principal mismatch: {stated}")
-    if record.own is not None and binding.principal is not None:
-        try:
-            salt = b64url_decode(record.own)[:_SALT]
-        except EncodingError:
-            salt = b""
-        if not compare_digest(_owner(binding.principal, salt), record.own):
-            raise PrincipalMismatch("principal mismatch")
+    if record.sub is not None and not compare_digest(_utf8(record.sub), _utf8(binding.principal)):
+        raise PrincipalMismatch("principal mismatch")
     if record.aud != binding.audience:
         raise AudienceMismatch("audience mismatch")
     if record.rid != binding.fingerprint():

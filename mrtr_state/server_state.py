@@ -38,10 +38,9 @@ from .handles import (
     accept,
     decode_record,
     encode_record,
-    handle_id,
     lock_of,
     new_handle,
-    record_key,
+    read_handle,
 )
 
 __all__ = ["HandleCodec", "inspect_handle", "verify_handle"]
@@ -83,20 +82,20 @@ class HandleCodec:
             )
         now = time.time()
         ttl = _envelope_expiry(payload, now) - now
-        handle, ident = new_handle()
-        value = encode_record(ident, b64url_encode(payload), _UNBOUND, now=now, ttl=ttl)
-        self._store.put(record_key(ident), value, now + ttl + self._max_skew)
-        return handle
+        handle = new_handle()
+        value = encode_record(handle, b64url_encode(payload), _UNBOUND, now=now, ttl=ttl)
+        self._store.put(handle.key, value, now + ttl + self._max_skew)
+        return handle.text
 
     def unseal(self, token: str) -> bytes:
         from mcp.server.request_state import InvalidRequestState
 
         try:
-            ident = handle_id(token)
-            found = self._store.take(record_key(ident), lock_of(ident, _UNBOUND))
+            handle = read_handle(token)
+            found = self._store.take(handle.key, lock_of(handle, _UNBOUND))
             if found is None:
                 raise UnknownHandle("unknown handle: never issued, already used, or expired")
-            state = accept(decode_record(found.value), _UNBOUND, now=time.time())
+            state = accept(decode_record(handle, found.value), _UNBOUND, now=time.time())
             return b64url_decode(state)
         except (InvalidToken, StateStoreError) as err:
             _log.warning("requestState refused: %s (%s)", err.code, err)
@@ -125,7 +124,7 @@ def verify_handle(
 
     Raises the :class:`~mrtr_state.errors.InvalidToken` subclass that names the refusal, or
     :class:`~mrtr_state.errors.StateStoreError`. ``claims.state`` is the stored state (text);
-    ``claims.sub`` is None (the record keeps only a digest of the principal).
+    ``claims.sub`` is None (a handle's principal is shown only as a digest, as ``inspect`` does).
     """
     binding = binding_of(
         principal=principal,
@@ -135,8 +134,8 @@ def verify_handle(
         target=target,
         arguments=arguments,
     )
-    ident = handle_id(handle)
-    key, lock = record_key(ident), lock_of(ident, binding)
+    opened = read_handle(handle)
+    key, lock = opened.key, lock_of(opened, binding)
     if once:
         found = store.take(key, lock)
         value, handed = (None, False) if found is None else (found.value, found.handed)
@@ -145,7 +144,7 @@ def verify_handle(
         handed = value is not None and value[:43] == lock.encode("ascii")
     if value is None:
         raise UnknownHandle("unknown handle: never issued, already used, or expired")
-    record = decode_record(value)
+    record = decode_record(opened, value)
     state = accept(record, binding, now=time.time() if now is None else now)
     if not handed:  # every binding matched, yet the lock did not: a damaged record
         raise InvalidClaims("the stored record's lock does not match its bindings")
@@ -158,15 +157,14 @@ def inspect_handle(
     """What the store holds for ``handle``, unverified (no binding is checked and nothing is
     taken): the record's owner digest, audience, request fingerprint and times, and its state
     only with ``show_state``. ``found`` is False for a handle the store does not hold."""
-    ident = handle_id(handle)
-    key = record_key(ident)
-    value = store.peek(key)
-    report: dict[str, Any] = {"format": "handle", "ref": key[-8:], "found": value is not None}
+    opened = read_handle(handle)
+    value = store.peek(opened.key)
+    report: dict[str, Any] = {"format": "handle", "ref": opened.ref, "found": value is not None}
     if value is None:
         return report
-    record = decode_record(value)
+    record = decode_record(opened, value)
     moment = time.time() if now is None else now
-    report.update(record.to_dict())
+    report.update(record.to_dict(opened))
     report["expired"] = not moment <= record.exp
     if show_state:
         report["state"] = record.state

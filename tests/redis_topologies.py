@@ -53,11 +53,10 @@ def _cli(*args: str, port: int) -> str:
     done = subprocess.run(
         [_binary("redis-cli"), "-p", str(port), *args],
         capture_output=True,
-        text=True,
         timeout=30,
         check=False,
     )
-    return done.stdout.strip()
+    return done.stdout.decode("utf-8", "replace").strip()  # a record's body is ciphertext
 
 
 class Node:

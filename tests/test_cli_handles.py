@@ -47,9 +47,10 @@ def filed(url: str, state: str = "step=1", *, ttl: float = 300, now: float | Non
     store = open_handle_store(url)
     try:
         now = time.time() if now is None else now
-        handle, ident = handles.new_handle()
+        ident = handles.new_handle()
+        handle = ident.text
         value = handles.encode_record(ident, state, binding_of(**BOUND), now=now, ttl=ttl)
-        store.put(handles.record_key(ident), value, now + ttl + 300)
+        store.put(ident.key, value, now + ttl + 300)
     finally:
         store.close()
     return handle
@@ -104,7 +105,7 @@ def test_verify_refuses_an_expired_record_garbage_and_options_for_tokens(redis_u
 def test_inspect_shows_the_record_and_the_state_only_when_asked(redis_url: str) -> None:
     handle = filed(redis_url, "secret state")
     shown = run("inspect", "--state-store", redis_url, handle).stdout
-    assert "salted digest" in shown and "/mcp" in shown and "NOT VERIFIED" in shown
+    assert "a digest of the principal" in shown and "/mcp" in shown and "NOT VERIFIED" in shown
     assert "secret state" not in shown and "alice" not in shown
     report = json.loads(run("inspect", "--state-store", redis_url, "--json", handle).stdout)
     assert report["found"] is True and report["aud"] == "/mcp" and "state" not in report
@@ -119,7 +120,7 @@ def test_inspect_shows_the_record_and_the_state_only_when_asked(redis_url: str) 
 
 def test_the_memory_store_holds_nothing_across_runs() -> None:
     """memory: is one process's store: a command line finds no record in it, ever."""
-    handle = handles.new_handle()[0]
+    handle = handles.new_handle().text
     run("verify", "--state-store", "memory:", *FLAGS, handle, code=1)
     run("inspect", "--state-store", "memory:", handle, code=1)
 
@@ -128,7 +129,7 @@ def test_an_unreachable_store_is_exit_6() -> None:
     from .servers import free_port
 
     url = f"redis://127.0.0.1:{free_port()}/0"
-    handle = handles.new_handle()[0]
+    handle = handles.new_handle().text
     refused = run("verify", "--state-store", url, *FLAGS, "--json", handle, code=6)
     assert json.loads(refused.stdout)["error"]["code"] == "state_store_error"
     run("inspect", "--state-store", url, handle, code=6)

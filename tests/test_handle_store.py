@@ -6,8 +6,11 @@ fails closed with :class:`StateStoreError`."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,17 +30,17 @@ BOUND = binding_of(principal="alice", audience="/mcp", method="tools/call", targ
 OTHER = binding_of(principal="bob", audience="/mcp", method="tools/call", target="deploy")
 
 
-def filed(store: Any, state: str = "s", ttl: float = 300) -> bytes:
-    """A record filed in ``store``; its handle id."""
-    _, ident = handles.new_handle()
+def filed(store: Any, state: str = "s", ttl: float = 300) -> handles.Handle:
+    """A record filed in ``store``; its handle."""
+    ident = handles.new_handle()
     now = time.time()
     value = handles.encode_record(ident, state, BOUND, now=now, ttl=ttl)
-    store.put(handles.record_key(ident), value, now + ttl + 1)
+    store.put(ident.key, value, now + ttl + 1)
     return ident
 
 
-def take(store: Any, ident: bytes, binding: Any = BOUND) -> Any:
-    return store.take(handles.record_key(ident), handles.lock_of(ident, binding))
+def take(store: Any, ident: handles.Handle, binding: Any = BOUND) -> Any:
+    return store.take(ident.key, handles.lock_of(ident, binding))
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -53,25 +56,25 @@ def store(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 def test_a_record_is_handed_over_once_to_its_lock(store: Any) -> None:
     ident = filed(store, "the state")
-    assert store.peek(handles.record_key(ident)) is not None  # inspect reads without taking
+    assert store.peek(ident.key) is not None  # inspect reads without taking
     refused = take(store, ident, OTHER)
     assert refused is not None and not refused.handed  # another's lock: read, left in place
     taken = take(store, ident)
-    assert taken.handed and handles.decode_record(taken.value).state == "the state"
+    assert taken.handed and handles.decode_record(ident, taken.value).state == "the state"
     assert take(store, ident) is None  # used
-    assert store.peek(handles.record_key(ident)) is None
+    assert store.peek(ident.key) is None
 
 
 def test_an_unknown_handle_finds_nothing(store: Any) -> None:
-    _, ident = handles.new_handle()
+    ident = handles.new_handle()
     assert take(store, ident) is None
 
 
 def test_a_record_is_gone_after_the_time_it_was_filed_until(store: Any) -> None:
-    _, ident = handles.new_handle()
+    ident = handles.new_handle()
     now = time.time()
     value = handles.encode_record(ident, "s", BOUND, now=now, ttl=0.2)
-    store.put(handles.record_key(ident), value, now + 0.3)
+    store.put(ident.key, value, now + 0.3)
     time.sleep(0.5)
     assert take(store, ident) is None
 
@@ -94,7 +97,7 @@ def test_the_memory_store_forgets_exactly_the_records_whose_time_is_up() -> None
 
 def test_a_large_state_round_trips(store: Any) -> None:
     ident = filed(store, "x" * (256 << 10))
-    assert len(handles.decode_record(take(store, ident).value).state) == 256 << 10
+    assert len(handles.decode_record(ident, take(store, ident).value).state) == 256 << 10
 
 
 def test_an_unreachable_server_fails_closed() -> None:
@@ -140,9 +143,9 @@ def test_a_read_only_replica_is_refused() -> None:
 def test_the_asyncio_store_does_the_same_in_one_command_each() -> None:
     async def run(url: str) -> None:
         store = open_handle_store(url, asyncio=True)
-        _, ident = handles.new_handle()
+        ident = handles.new_handle()
         now = time.time()
-        key = handles.record_key(ident)
+        key = ident.key
         await store.put(key, handles.encode_record(ident, "s", BOUND, now=now, ttl=60), now + 61)
         other = await store.take(key, handles.lock_of(ident, OTHER))
         assert other is not None and not other.handed
@@ -172,7 +175,7 @@ def test_sentinel_finds_the_primary_and_a_failover_fails_closed_then_recovers() 
         store = open_handle_store(url)
         ident = filed(store, "before")
         deadline = time.monotonic() + 10
-        while replica.cli("get", handles.record_key(ident)) == "":  # replicated
+        while replica.cli("get", ident.key) == "":  # replicated
             assert time.monotonic() < deadline
             time.sleep(0.05)
         primary.kill()
@@ -204,16 +207,16 @@ def run_async(store_url: str, scenario: Any) -> Any:
     return asyncio.run(main())
 
 
-async def afiled(store: Any, state: str = "s") -> bytes:
-    _, ident = handles.new_handle()
+async def afiled(store: Any, state: str = "s") -> handles.Handle:
+    ident = handles.new_handle()
     now = time.time()
     value = handles.encode_record(ident, state, BOUND, now=now, ttl=300)
-    await store.put(handles.record_key(ident), value, now + 301)
+    await store.put(ident.key, value, now + 301)
     return ident
 
 
-async def atake(store: Any, ident: bytes, binding: Any = BOUND) -> Any:
-    return await store.take(handles.record_key(ident), handles.lock_of(ident, binding))
+async def atake(store: Any, ident: handles.Handle, binding: Any = BOUND) -> Any:
+    return await store.take(ident.key, handles.lock_of(ident, binding))
 
 
 def test_the_slot_of_a_key_is_redis_clusters() -> None:
@@ -249,7 +252,7 @@ def test_the_proxys_client_follows_a_sentinel_failover() -> None:
         async def scenario(store: Any) -> int:
             ident = await afiled(store, "before")
             deadline = time.monotonic() + 10
-            while replica.cli("get", handles.record_key(ident)) == "":
+            while replica.cli("get", ident.key) == "":
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
             primary.kill()
@@ -452,3 +455,73 @@ def test_the_watchdog_fires_once_per_late_command_under_uvloop(
 
     uvloop.run(scenario())
     assert len(runs) <= 3 * 20  # per trial: the first deadline, the late one's (a third, rarely)
+
+
+def test_the_proxys_client_reaches_a_redis_on_its_unix_socket(tmp_path: Path) -> None:
+    """A Redis beside the proxy (a sidecar, a shared volume): unix:///PATH?db=N, with a
+    password; a socket nobody listens on fails closed."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary")
+    sock = tmp_path / "redis.sock"
+    server = subprocess.Popen(
+        [
+            *(binary, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"),
+            *("--save", "", "--appendonly", "no", "--requirepass", "s3cret"),
+            *("--dir", str(tmp_path)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    async def run() -> None:
+        store = open_handle_store(f"unix://:s3cret@{sock}?db=2", asyncio=True)
+        ident = await afiled(store, "beside")
+        taken = await atake(store, ident)
+        assert taken.handed and handles.decode_record(ident, taken.value).state == "beside"
+        assert await atake(store, ident) is None and await store.probe() is None
+        await store.aclose()
+        wrong = open_handle_store(f"unix://:wrong@{sock}", asyncio=True)
+        assert "WRONGPASS" in str(await wrong.probe()) or "invalid" in str(await wrong.probe())
+        await wrong.aclose()
+        gone = open_handle_store(f"unix://{tmp_path}/nobody.sock", asyncio=True)
+        with pytest.raises(StateStoreError, match="unreachable"):
+            await afiled(gone)
+        await gone.aclose()
+
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline and server.poll() is None
+            time.sleep(0.05)
+        asyncio.run(run())
+        import redis  # what the CLI and library servers use on the same URL: the same record
+
+        client = redis.Redis(unix_socket_path=str(sock), password="s3cret", db=2)
+        assert client.dbsize() == 0  # taken: nothing left behind
+    finally:
+        server.kill()
+        server.wait(10)
+    for url in ("unix://relative/redis.sock", f"unix://{sock}?db=two"):
+        with pytest.raises(
+            StateStoreError, match=r"unix://\[:PASSWORD@\]/PATH|database must be a number"
+        ):
+            open_handle_store(url, asyncio=True)
+
+
+def test_the_proxy_reads_a_unix_url_as_the_cli_does_or_refuses_it() -> None:
+    """The proxy's client and redis-py (the CLI's) must reach the same socket with the same
+    credentials: a form only one of them would read is refused at start-up."""
+    from mrtr_state._resp import router_for
+
+    for url in (
+        "unix:///tmp/redis.sock?password=s3cret",  # redis-py would authenticate; refused here
+        "unix:///tmp/redis.sock?db=\u00b2",  # str.isdigit() takes a superscript two
+        "unix:///tmp/redis.sock?db=\u0661",  # and an Arabic-Indic one
+        "redis://127.0.0.1:6379/\u0661",
+    ):
+        with pytest.raises(ValueError, match=r"unix://\[:PASSWORD@\]|database must be a number"):
+            router_for(url, timeout=1.0)
+    router = router_for("unix:///tmp/a%20b.sock?db=3", timeout=1.0)
+    node = asyncio.run(router.nodes())[0]
+    assert node._path == "/tmp/a b.sock" and node._db == 3  # percent-decoded, as redis-py does

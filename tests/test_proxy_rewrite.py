@@ -290,3 +290,41 @@ def test_the_bearer_principal_is_a_digest_of_the_credential() -> None:
     assert bearer_principal("Bearer other") != alice
     assert bearer_principal(None) is None and bearer_principal("Basic dXNlcg==") is None
     assert bearer_principal("Bearer ") is None
+
+
+def test_a_stored_record_whose_lock_is_not_its_bindings_is_refused_by_the_proxy() -> None:
+    """The proxy's own path (server_state's has its test): a record whose bindings match the
+    retry but whose lock does not (written over in the store) is refused, and stays."""
+    import asyncio
+
+    from mrtr_state.handle_store import MemoryHandleStore
+
+    store = MemoryHandleStore()
+    lines: list[dict[str, Any]] = []
+    guard = StateGuard(None, audience="fleet", store=store, log=lines.append)
+
+    async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        first = body_of(CALL)
+        exchange = Exchange(
+            guard, first, "alice", openings=await guard.take(first, "alice", "fleet")
+        )
+        handle = exchange.rewrite(input_required())["result"]["requestState"]
+        assert await exchange.commit() and handle.startswith("mh1.")
+        (key,) = store._records
+        value, until = store._records[key]
+        store._records[key] = (b"x" * 43 + value[43:], until)  # the lock, written over
+        retry = body_of(retry_of(handle))
+        again = Exchange(guard, retry, "alice", openings=await guard.take(retry, "alice", "fleet"))
+        control = body_of(retry_of(handle))
+        store._records[key] = (value, until)  # the record as filed opens for the same retry
+        fine = Exchange(
+            guard, control, "alice", openings=await guard.take(control, "alice", "fleet")
+        )
+        return again.refusals, fine.forward
+
+    refusals, forwarded = asyncio.run(run())
+    assert refusals and refusals[0]["error"]["code"] == -32602
+    refused = [line for line in lines if line["event"] == "refused"]
+    assert [line["result"] for line in refused] == ["invalid_claims"]
+    assert "lock does not match" in refused[0]["reason"]
+    assert forwarded and forwarded[0]["params"]["requestState"] == STATE

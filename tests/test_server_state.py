@@ -155,9 +155,10 @@ BOUND: dict[str, Any] = {
 
 
 def filed_handle(store: Any, state: str = "step=1") -> str:
-    handle, ident = handles.new_handle()
+    ident = handles.new_handle()
+    handle = ident.text
     value = handles.encode_record(ident, state, binding_of(**BOUND), now=NOW, ttl=300)
-    store.put(handles.record_key(ident), value, NOW + 10**9)
+    store.put(ident.key, value, NOW + 10**9)
     return handle
 
 
@@ -200,14 +201,15 @@ def test_verify_refuses_an_expired_record_and_what_is_no_handle() -> None:
     with pytest.raises(MalformedToken):
         verify_handle(store, "mh1.AAAAAAAAAAAAAAAAAAAAAAAAAAA", now=NOW, **BOUND)
     with pytest.raises(UnknownHandle):
-        verify_handle(store, handles.new_handle()[0], now=NOW, **BOUND)
+        verify_handle(store, handles.new_handle().text, now=NOW, **BOUND)
 
 
 def test_verify_refuses_a_record_whose_lock_is_not_its_bindings() -> None:
     store = MemoryHandleStore()
-    handle, ident = handles.new_handle()
+    ident = handles.new_handle()
+    handle = ident.text
     value = handles.encode_record(ident, "s", binding_of(**BOUND), now=NOW, ttl=300)
-    store.put(handles.record_key(ident), b"x" * 43 + value[43:], NOW + 10**9)
+    store.put(ident.key, b"x" * 43 + value[43:], NOW + 10**9)
     with pytest.raises(InvalidClaims, match="lock does not match"):
         verify_handle(store, handle, now=NOW, **BOUND)
 
@@ -220,5 +222,5 @@ def test_inspect_shows_the_record_and_the_state_only_when_asked() -> None:
     assert shown["own"] and "alice" not in json.dumps(shown) and "state" not in shown
     assert inspect_handle(store, handle, show_state=True, now=NOW)["state"] == "secret state"
     assert inspect_handle(store, handle, now=NOW + 301)["expired"]
-    missing = inspect_handle(store, handles.new_handle()[0])
+    missing = inspect_handle(store, handles.new_handle().text)
     assert missing["found"] is False and set(missing) == {"format", "ref", "found"}

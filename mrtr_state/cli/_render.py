@@ -123,7 +123,8 @@ def handle_record(report: dict[str, Any], *, now: float) -> str:
     lines = [_row("format", "state handle (the state is in the store, not in the handle)")]
     lines.append(_row("record", f"...{report['ref']} (the last 8 characters of its store key)"))
     owner = report.get("own")
-    lines.append(_row("owner", "none (anonymous)" if owner is None else f"{owner} (salted digest)"))
+    shown = "none (anonymous)" if owner is None else f"{owner} (a digest of the principal)"
+    lines.append(_row("owner", shown))
     lines.append(_row("audience", printable(str(report.get("aud") or "none"))))
     lines.append(_row("request", printable(str(report.get("rid") or "none"))))
     lines.extend(_time_line({"iat": report.get("iat"), "exp": report.get("exp")}, now))

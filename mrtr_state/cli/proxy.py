@@ -111,8 +111,8 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     "--state-store",
     metavar="URL",
     help="Keep each state server-side and give the client a handle: redis://HOST:PORT/DB, "
-    "redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE (or memory: for one "
-    "process). No keyset is needed; handles are single use.",
+    "unix:///PATH?db=N, redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE "
+    "(or memory: for one process). No keyset is needed; handles are single use.",
 )
 @click.option(
     "--max-state",

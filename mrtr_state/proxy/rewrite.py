@@ -27,13 +27,13 @@ from ..errors import InvalidClaims, InvalidToken, MalformedToken, UnknownHandle
 from ..handle_store import StateStoreError, Taken, awaited
 from ..handles import (
     DEFAULT_MAX_STATE,
+    Handle,
     accept,
     decode_record,
     encode_record,
-    handle_id,
     lock_of,
     new_handle,
-    record_key,
+    read_handle,
 )
 from ..keyset import Keyset
 from ..mcp import INPUT_REQUIRED_METHODS, request_target, retry_target, verify_retry, wire_error
@@ -114,13 +114,14 @@ class Filing:
 
 
 class Opening(NamedTuple):
-    """What taking a retry's handle from the store gave: the retry's binding and the record
-    found (None: unknown, used or expired), or why there is nothing to check."""
+    """What taking a retry's handle from the store gave: the retry's binding, the record found
+    (None: unknown, used or expired) and the handle (whose key opens it), or why there is
+    nothing to check."""
 
     binding: Binding | None
     found: Taken | None
     error: InvalidToken | StateStoreError | None
-    ref: str = ""
+    handle: Handle | None = None
 
 
 #: The name each logged event is counted under.
@@ -284,14 +285,13 @@ class StateGuard:
         size = len(state.encode("utf-8", "surrogatepass"))
         if size > self.max_state:
             raise ValueError(f"the state is {size} bytes, over the store's {self.max_state}")
-        handle, ident = new_handle()
+        handle = new_handle()
         now = self.clock()
         ttl = self.policy.ttl if self.ttl is None else self.ttl
-        key = record_key(ident)
-        value = encode_record(ident, state, binding, now=now, ttl=ttl)
-        ref = key[-8:]  # names the record in logs; the handle never appears there
-        pending.append(Pending(key, value, now + ttl + self.max_skew, ref))
-        return handle, ref
+        value = encode_record(handle, state, binding, now=now, ttl=ttl)
+        ref = handle.ref  # names the record in logs; the handle never appears there
+        pending.append(Pending(handle.key, value, now + ttl + self.max_skew, ref))
+        return handle.text, ref
 
     # --- inbound -------------------------------------------------------------------------
 
@@ -356,13 +356,13 @@ class StateGuard:
             raise StateStoreError("the handle was not looked up")
         if opening.error is not None:
             raise opening.error
-        found, binding = opening.found, opening.binding
-        if found is None or binding is None:
+        found, binding, handle = opening.found, opening.binding, opening.handle
+        if found is None or binding is None or handle is None:
             raise UnknownHandle("unknown handle: never issued, already used, or expired")
-        state = accept(decode_record(found.value), binding, now=self.clock())
+        state = accept(decode_record(handle, found.value), binding, now=self.clock())
         if not found.handed:  # every binding matched, yet the lock did not: a damaged record
             raise InvalidClaims("the stored record's lock does not match its bindings")
-        return state, {"ref": opening.ref}
+        return state, {"ref": handle.ref}
 
     async def take(
         self, body: Body, principal: str | None, audience: str | None
@@ -389,7 +389,7 @@ class StateGuard:
             token = params["requestState"]
             if type(token) is not str:
                 raise MalformedToken("the retry carries no requestState string")
-            ident = handle_id(token)
+            handle = read_handle(token)
             target, arguments = retry_target(method, params)
             try:
                 binding = binding_of(
@@ -401,15 +401,14 @@ class StateGuard:
                 )
             except ValueError as err:  # text a request could not have been bound to
                 raise MalformedToken(f"the retry cannot be bound: {err}") from None
-            key = record_key(ident)
-            found = await awaited(self.store.take(key, lock_of(ident, binding)))
+            found = await awaited(self.store.take(handle.key, lock_of(handle, binding)))
         except StateStoreError as err:
             if self.metrics is not None:
                 self.metrics.store_failed()
             return Opening(None, None, err)
         except InvalidToken as err:
             return Opening(None, None, err)
-        return Opening(binding, found, None, key[-8:])
+        return Opening(binding, found, None, handle)
 
 
 def _unsealable(result: Any, odd: str | None, method: Any) -> tuple[str, str] | None:
