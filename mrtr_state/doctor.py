@@ -163,7 +163,7 @@ def _primaries(settings: Settings, keyset: Keyset | None) -> Check:
     primaries = {key.alg: key.kid for key in keyset if key.status == "primary"}
     listed = ", ".join(f"{alg} {kid}" for alg, kid in sorted(primaries.items())) or "none"
     needed = key_algorithm_of(settings.format)
-    other_formats_only = primaries and not any(key.alg == needed for key in keyset)
+    other_formats_only = bool(primaries) and not any(key.alg == needed for key in keyset)
     if other_formats_only and "format" not in settings.sources:
         # a keyset made for other formats (an SDK's, a verifier's), and nothing asked for the
         # default one: its purpose, not a fault

@@ -69,10 +69,12 @@ __all__ = [
     "decode_record",
     "encode_record",
     "is_handle",
+    "lock_matches",
     "lock_of",
     "new_handle",
     "owner_digest",
     "read_handle",
+    "redeem",
 ]
 
 PREFIX = HANDLE_PREFIX
@@ -296,3 +298,23 @@ def accept(record: Record, binding: Binding, *, now: float) -> str:
     if record.rid != binding.fingerprint():
         raise RequestMismatch("request mismatch: the state answers another request")
     return record.state
+
+
+def lock_matches(value: bytes, lock: str) -> bool:
+    """Whether a stored value was filed with ``lock``: what the store's take compares, for a
+    reader that only peeked."""
+    return value[:_LOCK] == lock.encode("ascii")
+
+
+def redeem(handle: Handle, value: bytes, handed: bool, binding: Binding, *, now: float) -> Record:
+    """The record of ``handle`` as a store gave it, once every check passes, in order: it opens
+    under the handle's key, :func:`accept`'s checks, and it was ``handed`` over for the retry's
+    lock. The one accepting path of the proxy, the SDK codec and ``verify``.
+
+    A record whose bindings all match but whose lock does not was written over in the store: it
+    is refused (the store did not delete it, so taking it would not be single use)."""
+    record = decode_record(handle, value)
+    accept(record, binding, now=now)
+    if not handed:
+        raise InvalidClaims("the stored record's lock does not match its bindings")
+    return record

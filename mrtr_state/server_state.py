@@ -31,16 +31,17 @@ from typing import Any
 from ._encoding import EncodingError, b64url_decode, b64url_encode
 from .binding import binding_of
 from .claims import Claims
-from .errors import InvalidClaims, InvalidToken, StateStoreError, UnknownHandle
+from .errors import InvalidToken, StateStoreError, UnknownHandle
 from .handle_store import open_handle_store
 from .handles import (
     DEFAULT_MAX_STATE,
-    accept,
     decode_record,
     encode_record,
+    lock_matches,
     lock_of,
     new_handle,
     read_handle,
+    redeem,
 )
 
 __all__ = ["HandleCodec", "inspect_handle", "verify_handle"]
@@ -95,8 +96,8 @@ class HandleCodec:
             found = self._store.take(handle.key, lock_of(handle, _UNBOUND))
             if found is None:
                 raise UnknownHandle("unknown handle: never issued, already used, or expired")
-            state = accept(decode_record(handle, found.value), _UNBOUND, now=time.time())
-            return b64url_decode(state)
+            record = redeem(handle, found.value, found.handed, _UNBOUND, now=time.time())
+            return b64url_decode(record.state)
         except (InvalidToken, StateStoreError) as err:
             _log.warning("requestState refused: %s (%s)", err.code, err)
             raise InvalidRequestState(err.code) from None
@@ -119,7 +120,7 @@ def verify_handle(
     now: float | None = None,
 ) -> Claims:
     """The claims of ``handle``'s record, checked as a retry stating these bindings would be:
-    the same run of checks as the proxy's (:func:`mrtr_state.handles.accept`). The record is only
+    the same run of checks as the proxy's (:func:`mrtr_state.handles.redeem`). The record is only
     read, unless ``once``: then it is taken, as the retry takes it (it opens no second time).
 
     Raises the :class:`~mrtr_state.errors.InvalidToken` subclass that names the refusal, or
@@ -141,14 +142,11 @@ def verify_handle(
         value, handed = (None, False) if found is None else (found.value, found.handed)
     else:
         value = store.peek(key)
-        handed = value is not None and value[:43] == lock.encode("ascii")
+        handed = value is not None and lock_matches(value, lock)
     if value is None:
         raise UnknownHandle("unknown handle: never issued, already used, or expired")
-    record = decode_record(opened, value)
-    state = accept(record, binding, now=time.time() if now is None else now)
-    if not handed:  # every binding matched, yet the lock did not: a damaged record
-        raise InvalidClaims("the stored record's lock does not match its bindings")
-    return Claims(state, record.iat, record.exp, None, None, record.aud, record.rid)
+    record = redeem(opened, value, handed, binding, now=time.time() if now is None else now)
+    return Claims(record.state, record.iat, record.exp, None, None, record.aud, record.rid)
 
 
 def inspect_handle(

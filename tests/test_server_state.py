@@ -224,3 +224,19 @@ def test_inspect_shows_the_record_and_the_state_only_when_asked() -> None:
     assert inspect_handle(store, handle, now=NOW + 301)["expired"]
     missing = inspect_handle(store, handles.new_handle().text)
     assert missing["found"] is False and set(missing) == {"format", "ref", "found"}
+
+
+def test_the_codec_refuses_a_record_whose_lock_was_written_over_every_time() -> None:
+    """A store writer who rewrites a record's lock leaves a record the store never hands over
+    (so never deletes): the codec refuses it, else it would open on every retry."""
+    store = MemoryHandleStore()
+    codec = HandleCodec(store)
+    payload = json.dumps({"v": 1, "exp": 4102444800, "s": "x"}).encode()
+    token = codec.seal(payload)
+    ((key, (value, until)),) = store._records.items()
+    store._records[key] = (b"x" * 43 + value[43:], until)
+    for _ in range(2):
+        with pytest.raises(InvalidRequestState, match="invalid_claims"):
+            codec.unseal(token)
+    store._records[key] = (value, until)  # the record as filed opens, once
+    assert codec.unseal(token) == payload

@@ -28,12 +28,11 @@ from ..handle_store import StateStoreError, Taken, awaited
 from ..handles import (
     DEFAULT_MAX_STATE,
     Handle,
-    accept,
-    decode_record,
     encode_record,
     lock_of,
     new_handle,
     read_handle,
+    redeem,
 )
 from ..keyset import Keyset
 from ..mcp import INPUT_REQUIRED_METHODS, request_target, retry_target, verify_retry, wire_error
@@ -307,7 +306,7 @@ class StateGuard:
         A request without ``requestState`` passes as it is. Notifications never carry one here:
         :func:`mrtr_state.proxy.jsonrpc.parse_body` refuses them. ``audience`` as for
         :meth:`seal_response`. With a store, ``opening`` is what :meth:`take` found for this
-        message; the checks are :func:`mrtr_state.handles.accept`'s.
+        message; the checks are :func:`mrtr_state.handles.redeem`'s.
         """
         if not is_request(message):
             return message, None
@@ -359,10 +358,8 @@ class StateGuard:
         found, binding, handle = opening.found, opening.binding, opening.handle
         if found is None or binding is None or handle is None:
             raise UnknownHandle("unknown handle: never issued, already used, or expired")
-        state = accept(decode_record(handle, found.value), binding, now=self.clock())
-        if not found.handed:  # every binding matched, yet the lock did not: a damaged record
-            raise InvalidClaims("the stored record's lock does not match its bindings")
-        return state, {"ref": handle.ref}
+        record = redeem(handle, found.value, found.handed, binding, now=self.clock())
+        return record.state, {"ref": handle.ref}
 
     async def take(
         self, body: Body, principal: str | None, audience: str | None
