@@ -10,6 +10,7 @@ assert claims.state == {"step": 2}
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .binding import Binding
     from .claims import Claims, arguments_digest, request_id
     from .errors import (
         PUBLIC_MESSAGE,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "AudienceMismatch": "errors",
     "BadSignature": "errors",
+    "Binding": "binding",
     "BindingMismatch": "errors",
     "Claims": "claims",
     "ConfigError": "errors",
@@ -154,6 +156,7 @@ __all__ = [
     "PUBLIC_MESSAGE",
     "AudienceMismatch",
     "BadSignature",
+    "Binding",
     "BindingMismatch",
     "Claims",
     "ConfigError",

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._encoding import EncodingError, json_dumps, json_loads, report_json
     from ._printable import printable, terminal_json
-    from ._redis import shown as url_shown
     from .about import build_info
     from .audit import FINDING_KINDS, audit_capture
     from .binding import binding_of
@@ -63,6 +62,9 @@ if TYPE_CHECKING:
         secret_rule,
     )
     from .server_state import inspect_handle, verify_handle
+    from .state.handles import HandleBackend
+    from .state.redis.url import shown as url_shown
+    from .state.tokens import TokenBackend
 
 __all__ = [
     "FINDING_KINDS",
@@ -74,11 +76,13 @@ __all__ = [
     "AdminApp",
     "Change",
     "EncodingError",
+    "HandleBackend",
     "Kek",
     "ProxyApp",
     "ProxyMetrics",
     "Settings",
     "StateGuard",
+    "TokenBackend",
     "UnknownHandle",
     "audit_capture",
     "binding_of",
@@ -129,7 +133,9 @@ _WHERE = {
     "json_loads": ("_encoding", "json_loads"),
     "printable": ("_printable", "printable"),
     "terminal_json": ("_printable", "terminal_json"),
-    "url_shown": ("_redis", "shown"),
+    "url_shown": ("state.redis.url", "shown"),
+    "HandleBackend": ("state.handles", "HandleBackend"),
+    "TokenBackend": ("state.tokens", "TokenBackend"),
     "build_info": ("about", "build_info"),
     "UnknownHandle": ("errors", "UnknownHandle"),
     "diagnose": ("doctor", "diagnose"),

@@ -57,12 +57,21 @@ def check_text(name: str, value: Any) -> str:
 
 
 class Binding:
-    """A validated binding (made by :func:`binding_of`, its only constructor): the values
-    stated, ``kinds`` (the bits of those stated), ``rid``, the request identifier mrtr-state's
-    claims carry when one was stated as a string, and ``associated``, the bind value as bytes.
+    """What a state is bound to, validated once: ``Binding(principal="alice", method=
+    "tools/call", target="deploy", arguments={"env": "prod"}, audience="https://mcp.example")``.
 
-    Immutable in use. The request fingerprint and the SDK's arguments digest are worked out on
-    first use and kept: verifying an ``mcp-py`` token needs the digest but no fingerprint.
+    ``principal``: the authenticated caller. ``audience``: this server or fleet. The originating
+    request, as the caller's ``request_id`` or as the request itself (``method``, ``target``:
+    tool name, prompt name or resource uri, and ``arguments``, fingerprinted; never the JSON-RPC
+    id, which changes on retry). ``bind``: the TypeScript SDK's bind value. A value of the
+    wrong type, text a token cannot carry, a request half stated: ``ValueError`` here, once.
+
+    Give one to :func:`mrtr_state.mint` (``binding=``), :func:`mrtr_state.verify`
+    (``expect=``) and a state backend (:mod:`mrtr_state.state`). Besides the values it holds
+    ``kinds`` (the bits of those stated), ``rid`` (the request identifier mrtr-state's claims
+    carry when one was stated as a string) and ``associated`` (the bind value as bytes).
+    Immutable in use; the request fingerprint and the SDK's arguments digest are worked out on
+    first use and kept (verifying an ``mcp-py`` token needs the digest but no fingerprint).
     """
 
     __slots__ = (
@@ -93,6 +102,69 @@ class Binding:
     rid: str | None
     _digest: str | None
 
+    def __init__(
+        self,
+        *,
+        principal: str | None = None,
+        request_id: str | None = None,
+        audience: str | None = None,
+        method: str | None = None,
+        target: str | None = None,
+        arguments: Any = None,
+        bind: str | bytes | None = None,
+    ) -> None:
+        # the common case (ASCII text) costs a type test and ``isascii`` per value;
+        # check_text names the rest
+        kinds = 0
+        if principal is not None:
+            if type(principal) is not str or not principal or not principal.isascii():
+                check_text("principal", principal)
+            kinds = PRINCIPAL
+        if audience is not None:
+            if type(audience) is not str or not audience or not audience.isascii():
+                check_text("audience", audience)
+            kinds |= AUDIENCE
+        if request_id is not None:
+            if type(request_id) is not str or not request_id or not request_id.isascii():
+                check_text("request_id", request_id)
+            if method is not None or target is not None or arguments is not None:
+                raise ValueError("give request_id or method/target/arguments, not both")
+            kinds |= REQUEST_ID
+        elif method is not None or target is not None or arguments is not None:
+            # a binding stated but not carried would mint (or accept) an unbound token
+            if method is None or target is None:
+                raise ValueError("a request is bound by its method and target together")
+            if type(method) is not str or not method or not method.isascii():
+                check_text("method", method)
+            if type(target) is not str:
+                raise ValueError(f"target must be a string, got {target!r}")
+            if arguments is not None and not isinstance(arguments, dict):
+                raise ValueError(
+                    "arguments must be a JSON object (MCP tool and prompt arguments are "
+                    f"objects), not {_json_kind(arguments)}"
+                )
+            kinds |= REQUEST
+        if bind is not None:
+            if isinstance(bind, str):
+                if not bind.isascii():  # may be empty, as the SDK's may
+                    check_text("bind", bind)
+            elif not isinstance(bind, bytes):
+                raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
+            kinds |= BIND
+        self.principal = principal
+        self.audience = audience
+        self.request_id = request_id
+        self.rid = request_id
+        self.method = method
+        self.target = target
+        self.arguments = arguments
+        self.bind = bind
+        self.associated = (
+            b"" if bind is None else bind.encode("utf-8") if isinstance(bind, str) else bind
+        )
+        self.kinds = kinds
+        self._digest = None
+
     def fingerprint(self) -> str | None:
         """The request identifier of mrtr-state's claims: the caller's ``request_id``, or the
         fingerprint of method, target and arguments (see :func:`mrtr_state.request_id`)."""
@@ -113,7 +185,26 @@ class Binding:
         return f"Binding({shown or 'nothing'})"
 
 
-_new = object.__new__
+def binding_of(
+    principal: str | None = None,
+    request_id: str | None = None,
+    audience: str | None = None,
+    method: str | None = None,
+    target: str | None = None,
+    arguments: Any = None,
+    bind: str | bytes | None = None,
+) -> Binding:
+    """The validated :class:`Binding` of what a caller stated, or the ``ValueError`` naming
+    the caller's mistake (the keywords of :func:`mrtr_state.mint` and ``verify``, in order)."""
+    return Binding(
+        principal=principal,
+        request_id=request_id,
+        audience=audience,
+        method=method,
+        target=target,
+        arguments=arguments,
+        bind=bind,
+    )
 
 
 def _json_kind(value: Any) -> str:
@@ -126,68 +217,3 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, int | float):
         return "a number"
     return f"a {type(value).__name__}"
-
-
-def binding_of(
-    principal: str | None = None,
-    request_id: str | None = None,
-    audience: str | None = None,
-    method: str | None = None,
-    target: str | None = None,
-    arguments: Any = None,
-    bind: str | bytes | None = None,
-) -> Binding:
-    """The validated :class:`Binding` of what a caller stated, or the ``ValueError`` naming
-    the caller's mistake. On the path of every mint and verify: the common case (ASCII text)
-    costs a type test and ``isascii`` per value; :func:`check_text` names the rest."""
-    kinds = 0
-    if principal is not None:
-        if type(principal) is not str or not principal or not principal.isascii():
-            check_text("principal", principal)
-        kinds = PRINCIPAL
-    if audience is not None:
-        if type(audience) is not str or not audience or not audience.isascii():
-            check_text("audience", audience)
-        kinds |= AUDIENCE
-    if request_id is not None:
-        if type(request_id) is not str or not request_id or not request_id.isascii():
-            check_text("request_id", request_id)
-        if method is not None or target is not None or arguments is not None:
-            raise ValueError("give request_id or method/target/arguments, not both")
-        kinds |= REQUEST_ID
-    elif method is not None or target is not None or arguments is not None:
-        # a binding stated but not carried would mint (or accept) an unbound token
-        if method is None or target is None:
-            raise ValueError("a request is bound by its method and target together")
-        if type(method) is not str or not method or not method.isascii():
-            check_text("method", method)
-        if type(target) is not str:
-            raise ValueError(f"target must be a string, got {target!r}")
-        if arguments is not None and not isinstance(arguments, dict):
-            raise ValueError(
-                "arguments must be a JSON object (MCP tool and prompt arguments are "
-                f"objects), not {_json_kind(arguments)}"
-            )
-        kinds |= REQUEST
-    if bind is not None:
-        if isinstance(bind, str):
-            if not bind.isascii():  # may be empty, as the SDK's may
-                check_text("bind", bind)
-        elif not isinstance(bind, bytes):
-            raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
-        kinds |= BIND
-    binding = _new(Binding)
-    binding.principal = principal
-    binding.audience = audience
-    binding.request_id = request_id
-    binding.rid = request_id
-    binding.method = method
-    binding.target = target
-    binding.arguments = arguments
-    binding.bind = bind
-    binding.associated = (
-        b"" if bind is None else bind.encode("utf-8") if isinstance(bind, str) else bind
-    )
-    binding.kinds = kinds
-    binding._digest = None
-    return binding

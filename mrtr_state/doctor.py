@@ -96,7 +96,7 @@ def effective_settings(settings: Settings) -> list[Setting]:
 
 
 def _without_password(url: str) -> str:
-    from ._redis import shown
+    from .state.redis.url import shown
 
     return shown(url) if url.startswith(("redis", "rediss", "unix")) else url
 

@@ -7,32 +7,33 @@ failure (unreachable, ``READONLY`` after a failover, a server that may evict rec
 they expire, a clock beyond ``max_skew``) raises :class:`StateStoreError`: the round fails
 closed, and no handle is ever given out for a record the store did not accept.
 
-``open_handle_store(url)`` takes ``memory:`` (one process) or any URL of :mod:`mrtr_state._redis`
-(one server, a Cluster, a Sentinel-watched primary); ``asyncio=True`` gives the proxy a store
-whose operations it awaits, so a slow store never stalls its other connections. The blocking
-store speaks through redis-py, the awaited one through the proxy's own client
-(:mod:`mrtr_state._resp`); the script, the judgement of a server and the reading of replies are
-written once, below.
+Each store has two faces over one implementation: ``put``/``take``/``peek``/``probe`` for
+blocking callers (the CLI, the SDK codec) and ``aput``/``atake``/``apeek``/``aprobe`` for the
+proxy's event loop. The memory store's work is a dictionary's; the Redis store is written once
+over the package's asyncio client (:mod:`mrtr_state.state.redis`) and its blocking face runs it
+on the package's own loop (:mod:`mrtr_state.state.blocking`).
+
+``open_handle_store(url)`` takes ``memory:`` (one process) or any URL of
+:mod:`mrtr_state.state.redis.url` (one server, its Unix socket, a Cluster, a Sentinel-watched
+primary).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import heapq
 import math
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .errors import StateStoreError
 
 __all__ = [
-    "AsyncRedisHandleStore",
     "MemoryHandleStore",
     "RedisHandleStore",
     "StateStoreError",
     "Taken",
-    "awaited",
     "open_handle_store",
 ]
 
@@ -57,9 +58,6 @@ end
 return '!' .. v
 """
 
-#: How often a Redis store re-reads the server's eviction policy and clock.
-CHECK_EVERY = 60.0
-
 
 def _taken(reply: Any) -> Taken | None:
     if reply is None or reply is False:
@@ -68,29 +66,6 @@ def _taken(reply: Any) -> Taken | None:
     if value[:1] == b"!":
         return Taken(value[1:], False)
     return Taken(value, True)
-
-
-def _server_problem(memory: dict[str, Any], offset: float, max_skew: float) -> str | None:
-    """Why a Redis server cannot keep records until they expire, or None."""
-    if memory.get("maxmemory") and memory.get("maxmemory_policy") != "noeviction":
-        return (
-            f"the server may evict records before they expire (maxmemory "
-            f"{memory.get('maxmemory')}, maxmemory-policy {memory.get('maxmemory_policy')}); "
-            "set maxmemory-policy noeviction"
-        )
-    if not abs(offset) <= max_skew:
-        return (
-            f"the server's clock reads {offset:+.0f} s from this host's, beyond max_skew "
-            f"{max_skew:.0f} s: fix the clocks (NTP)"
-        )
-    return None
-
-
-def _memories(info: Any) -> list[dict[str, Any]]:
-    """``INFO memory`` of one server, or of every node of a cluster (a dict per node)."""
-    if isinstance(info, dict) and "maxmemory_policy" not in info:
-        return [v for v in info.values() if isinstance(v, dict)]
-    return [info]
 
 
 class MemoryHandleStore:
@@ -136,6 +111,22 @@ class MemoryHandleStore:
     def probe(self) -> str | None:
         return None
 
+    # the asyncio face: a dictionary's work, nothing to wait for
+    async def aput(self, key: str, value: bytes, keep_until: float) -> None:
+        self.put(key, value, keep_until)
+
+    async def atake(self, key: str, lock: str) -> Taken | None:
+        return self.take(key, lock)
+
+    async def apeek(self, key: str) -> bytes | None:
+        return self.peek(key)
+
+    async def aprobe(self) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        self.close()
+
     def __len__(self) -> int:
         self._purge()
         return len(self._records)
@@ -155,160 +146,82 @@ class MemoryHandleStore:
 
 
 class RedisHandleStore:
-    """Records in Redis, for the CLI and library servers: redis-py's client (blocking calls),
-    with its own Cluster and Sentinel support."""
-
-    def __init__(self, url: str, *, max_skew: float = 300.0, timeout: float = 5.0) -> None:
-        from . import _redis
-
-        try:
-            import redis
-        except ImportError:
-            raise StateStoreError(
-                "the redis state store needs the redis package: pip install 'mrtr-state[redis]'"
-            ) from None
-        self.url = url
-        self.max_skew = max_skew
-        try:
-            self._client: Any = _redis.connect(url, timeout=timeout)
-        except (ValueError, redis.RedisError) as err:
-            raise StateStoreError(f"state store {_redis.shown(url)}: {err}") from None
-        self._redis_error: type[Exception] = redis.RedisError
-        self._script: Any = self._client.register_script(TAKE_SCRIPT)
-        self._checked_at = -math.inf
-        self._problem: str | None = None
-
-    def _error(self, doing: str, err: Exception | str) -> StateStoreError:
-        from ._redis import shown
-
-        return StateStoreError(f"state store {shown(self.url)}: cannot {doing}: {err}")
-
-    def _due(self) -> bool:
-        return time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None
-
-    def _judge(self, infos: Any, server_time: tuple[int, int], before: float, after: float) -> None:
-        seconds, micros = server_time
-        offset = seconds + micros / 1e6 - (before + after) / 2
-        problems = (_server_problem(m, offset, self.max_skew) for m in _memories(infos))
-        self._problem = next((p for p in problems if p is not None), None)
-        self._checked_at = time.monotonic()
-
-    def _run(self, doing: str, call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except self._redis_error as err:
-            raise self._error(doing, err) from None
-
-    def _check(self) -> None:
-        if self._due():
-            before = time.time()
-            clock = self._run("read its clock", self._client.time)
-            after = time.time()
-            self._judge(
-                self._run("read its memory policy", lambda: self._client.info("memory")),
-                clock,
-                before,
-                after,
-            )
-        if self._problem is not None:
-            raise self._error("keep records", self._problem)
-
-    def put(self, key: str, value: bytes, keep_until: float) -> None:
-        self._check()
-        ms = math.ceil(keep_until * 1000)
-        stored = self._run(
-            "file a record",
-            lambda: self._client.execute_command("SET", key, value, "NX", "PXAT", ms),
-        )
-        if stored is None:
-            raise self._error("file a record", "a record is already filed under that key")
-
-    def take(self, key: str, lock: str) -> Taken | None:
-        return _taken(self._run("take a record", lambda: self._script(keys=[key], args=[lock])))
-
-    def peek(self, key: str) -> bytes | None:
-        found = self._run("read a record", lambda: self._client.get(key))
-        return None if found is None else bytes(found)
-
-    def probe(self) -> str | None:
-        try:
-            self._client.ping()
-            self._check()
-        except StateStoreError as err:
-            return str(err)
-        except self._redis_error as err:
-            return str(self._error("be reached", err))
-        return None
-
-    def close(self) -> None:
-        self._client.close()
-
-
-class AsyncRedisHandleStore:
-    """Records in Redis, for the proxy: every operation is awaited, over the proxy's own
-    client (:mod:`mrtr_state._resp`: hiredis, one pipelined connection per node), since
-    redis-py's asyncio client costs four times the CPU per command on the proxy's path."""
+    """Records in Redis, for every caller: the proxy awaits its ``a``-methods on its loop, the
+    CLI and library servers call the others. Each server is judged when a connection opens and
+    every few seconds after (:mod:`mrtr_state.state.redis.watch`)."""
 
     def __init__(self, url: str, *, max_skew: float = 300.0, timeout: float = 2.0) -> None:
-        from . import _resp
-        from ._redis import shown
+        from .state.redis.url import parse_url, shown
 
         try:
-            self._router = _resp.router_for(url, timeout=timeout)
+            self._target = parse_url(url)
+        except ValueError as err:
+            raise StateStoreError(f"state store {err}") from None
+        try:
+            import hiredis  # noqa: F401
         except ImportError:
             raise StateStoreError(
-                "the proxy's redis state store needs hiredis: pip install 'mrtr-state[redis]'"
+                "the redis state store needs hiredis: pip install 'mrtr-state[redis]'"
             ) from None
-        except ValueError as err:
-            raise StateStoreError(f"state store {shown(url)}: {err}") from None
-        self._failure: type[Exception] = _resp.StoreFailure
         self.url = url
         self.max_skew = max_skew
-        self._checked_at = -math.inf
-        self._problem: str | None = None
+        self.timeout = timeout
+        self._shown = shown(url)
+        self._links: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    def _link(self) -> Any:
+        loop = asyncio.get_running_loop()
+        link = self._links.get(loop)
+        if link is None:
+            from .state.redis.client import connect
+            from .state.redis.watch import ServerWatch
+
+            watch = ServerWatch(self.max_skew, "records")
+            router = connect(self._target, timeout=self.timeout, on_open=watch.on_open)
+            link = self._links[loop] = (router, watch)
+        return link
 
     def _error(self, doing: str, err: Exception | str) -> StateStoreError:
-        from ._redis import shown
-
-        return StateStoreError(f"state store {shown(self.url)}: cannot {doing}: {err}")
+        return StateStoreError(f"state store {self._shown}: cannot {doing}: {err}")
 
     async def _call(self, doing: str, key: str, *args: Any) -> Any:
+        from .state.backend import waited
+        from .state.redis.client import StoreFailure
+
+        router, _ = self._link()
+        started = time.perf_counter()
         try:
-            return await self._router.call(key.encode(), *args)
-        except self._failure as err:
+            return await router.call(key.encode(), *args)
+        except StoreFailure as err:
             raise self._error(doing, err) from None
+        finally:
+            waited(time.perf_counter() - started)
 
     async def _check(self) -> None:
-        if self._check_due():
-            problem = None
+        """Refuse to file a record with a server that may not keep it until its time."""
+        from .state.backend import waited
+        from .state.redis.client import StoreFailure
+
+        router, watch = self._link()
+        if watch.due():
+            started = time.perf_counter()
             try:
-                for node in await self._router.nodes():
-                    before = time.time()
-                    seconds, micros = await node.call("TIME")
-                    after = time.time()
-                    offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
-                    memory = _info_fields(await node.call("INFO", "memory"))
-                    problem = problem or _server_problem(memory, offset, self.max_skew)
-            except self._failure as err:
+                await watch.look(router)
+            except StoreFailure as err:
                 raise self._error("read the server's policy and clock", err) from None
-            self._problem = problem
-            self._checked_at = time.monotonic()
-        if self._problem is not None:
-            raise self._error("keep records", self._problem)
+            finally:
+                waited(time.perf_counter() - started)
+        if watch.problem is not None:
+            raise self._error("keep records", watch.problem)
 
-    def _check_due(self) -> bool:
-        """Whether the server's policy and clock are to be read (again) before a write."""
-        return time.monotonic() - self._checked_at >= CHECK_EVERY or self._problem is not None
-
-    async def put(self, key: str, value: bytes, keep_until: float) -> None:
-        if self._check_due():  # tested here: most writes need no check, nor a coroutine for it
-            await self._check()
+    async def aput(self, key: str, value: bytes, keep_until: float) -> None:
+        await self._check()
         ms = math.ceil(keep_until * 1000)
         stored = await self._call("file a record", key, "SET", key, value, "NX", "PXAT", ms)
         if stored is None:
             raise self._error("file a record", "a record is already filed under that key")
 
-    async def take(self, key: str, lock: str) -> Taken | None:
+    async def atake(self, key: str, lock: str) -> Taken | None:
         try:
             reply = await self._call("take a record", key, "EVALSHA", _TAKE_SHA, 1, key, lock)
         except StateStoreError as err:
@@ -318,53 +231,72 @@ class AsyncRedisHandleStore:
             reply = await self._call("take a record", key, "EVAL", TAKE_SCRIPT, 1, key, lock)
         return _taken(reply)
 
-    async def peek(self, key: str) -> bytes | None:
+    async def apeek(self, key: str) -> bytes | None:
         found = await self._call("read a record", key, "GET", key)
         return None if found is None else bytes(found)
 
-    async def probe(self) -> str | None:
+    async def aprobe(self) -> str | None:
         """Why the store cannot be used now (each node asked: PING), or None (readiness)."""
+        from .state.redis.client import StoreFailure
+
+        router, _ = self._link()
         try:
-            for node in await self._router.nodes():
+            for node in await router.nodes():
                 await node.call("PING")
             await self._check()
-        except self._failure as err:
+        except StoreFailure as err:
             return str(self._error("be reached", err))
         except StateStoreError as err:
             return str(err)
         return None
 
+    def _blocking(self, operation: Any) -> Any:
+        from .state.blocking import run_blocking
+
+        try:
+            return run_blocking(operation, self.timeout * 4 + 1)
+        except TimeoutError as err:
+            raise self._error("answer in time", err) from None
+
+    def put(self, key: str, value: bytes, keep_until: float) -> None:
+        self._blocking(self.aput(key, value, keep_until))
+
+    def take(self, key: str, lock: str) -> Taken | None:
+        taken: Taken | None = self._blocking(self.atake(key, lock))
+        return taken
+
+    def peek(self, key: str) -> bytes | None:
+        found: bytes | None = self._blocking(self.apeek(key))
+        return found
+
+    def probe(self) -> str | None:
+        problem: str | None = self._blocking(self.aprobe())
+        return problem
+
+    def close(self) -> None:
+        """Close the connections, on whichever loop each was made."""
+        links, self._links = self._links, {}
+        for loop, (router, _) in links.items():
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(router.close)
+
     async def aclose(self) -> None:
-        self._router.close()
+        self.close()
 
 
 #: The script's SHA-1, as EVALSHA names it.
 _TAKE_SHA = hashlib.sha1(TAKE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
-def _info_fields(text: Any) -> dict[str, Any]:
-    """The ``name:value`` lines of an INFO reply."""
-    fields: dict[str, Any] = {}
-    for line in bytes(text).decode("utf-8", "replace").splitlines():
-        name, colon, value = line.partition(":")
-        if colon:
-            fields[name] = int(value) if value.isdigit() else value
-    return fields
-
-
-async def awaited(value: Any) -> Any:
-    """A store's answer, whether its operations are coroutines (Redis) or not (memory; no
-    store answers with an object that is awaitable in itself)."""
-    return await value if hasattr(value, "__await__") else value
-
-
 def open_handle_store(url: str, *, max_skew: float = 300.0, asyncio: bool = False) -> Any:
-    """The store a URL names: ``memory:`` or a Redis URL (see :mod:`mrtr_state._redis`)."""
-    from ._redis import SCHEMES
+    """The store a URL names: ``memory:`` or a Redis URL (see
+    :mod:`mrtr_state.state.redis.url`). Every store has both faces (``asyncio`` is accepted
+    for callers written before that, and changes nothing)."""
+    from .state.redis.url import SCHEMES
 
+    del asyncio
     if url in ("memory:", "memory://"):
         return MemoryHandleStore(max_skew=max_skew)
     if url.startswith(SCHEMES):
-        factory = AsyncRedisHandleStore if asyncio else RedisHandleStore
-        return factory(url, max_skew=max_skew)
+        return RedisHandleStore(url, max_skew=max_skew)
     raise ValueError(f"unknown state store {url!r}: use memory: or a redis:// URL")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 __all__ = [
     "KidRule",
+    "hmac_key_as_used",
     "mcp_py_aes_key",
     "mcp_py_kid",
     "mcp_rs2_kid",
@@ -37,6 +38,19 @@ def _sha256(data: bytes) -> bytes:
     hashed = Hash(SHA256())
     hashed.update(data)
     return hashed.finalize()
+
+
+#: SHA-256's block size: HMAC-SHA256 pads its key with zeros to it, and hashes a longer one.
+_HMAC_BLOCK = 64
+
+
+def hmac_key_as_used(secret: bytes) -> bytes:
+    """The block HMAC-SHA256 is keyed with (RFC 2104 section 2): ``secret`` hashed first when
+    it is longer than the block, then padded with zeros to it. Two secrets with one block are
+    one key to HMAC (K and K followed by a zero byte; a 65-byte K and SHA-256(K))."""
+    if len(secret) > _HMAC_BLOCK:
+        secret = _sha256(secret)
+    return secret.ljust(_HMAC_BLOCK, b"\0")
 
 
 def mcp_py_aes_key(secret: bytes) -> bytes:

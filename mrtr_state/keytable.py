@@ -28,6 +28,7 @@ from .registry import (
     SDK_SECRET_BYTES,
     derived_kid,
     sdk_kid_problem,
+    secret_as_used,
     secret_length_ok,
     secret_rule,
     shape_peers,
@@ -303,15 +304,17 @@ def _one_secret_per_shape(keys: tuple[Key, ...], source: str) -> None:
     for key in keys:
         if not shape_peers(key.alg):
             continue
-        other = seen.get(key.secret)
+        # as the primitive takes it: HMAC keys K and K + b"\0" alike, so they are one secret
+        used = secret_as_used(key.alg, key.secret)
+        other = seen.get(used)
         if other is not None and other.alg in shape_peers(key.alg):
             raise KeysetInvalid(
                 f"{source}: keys {other.kid} ({other.alg}) and {key.kid} ({key.alg}) hold the "
-                "same secret, and their tokens look alike: the key that opens a token names its "
-                "format, so one secret can serve only one of them (keep the key of the SDK that "
-                "uses it)"
+                "same secret (as their MAC uses it), and their tokens look alike: the key that "
+                "opens a token names its format, so one secret can serve only one of them (keep "
+                "the key of the SDK that uses it)"
             )
-        seen.setdefault(key.secret, key)
+        seen.setdefault(used, key)
 
 
 def _keep_prepared(key: Key, before: Key | None) -> Key:

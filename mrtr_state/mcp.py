@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .binding import Binding
 from .claims import Claims
 from .claims import request_id as fingerprint
 from .errors import (
@@ -43,6 +44,7 @@ __all__ = [
     "open_retry",
     "request_fingerprint",
     "request_target",
+    "retry_binding",
     "retry_target",
     "verify_retry",
     "wire_error",
@@ -222,24 +224,31 @@ def verify_retry(
 ) -> Claims:
     """:func:`open_retry`, returning the whole verified claims: the state, and the key and
     format that verified it (``claims.kid``, ``claims.format``) for a log line."""
+    token, binding = retry_binding(method, params, principal=principal, audience=audience)
+    return verify(keyset, token, expect=binding, format=format, now=now, policy=policy, once=once)
+
+
+def retry_binding(
+    method: str,
+    params: Mapping[str, Any] | None,
+    *,
+    principal: str | None = None,
+    audience: str | None = None,
+) -> tuple[str, Binding]:
+    """A retry's ``requestState`` and the :class:`~mrtr_state.Binding` it must have been sealed
+    under: the principal and audience stated, and the retry's own method, target and arguments
+    (never anything the state says). A retry that carries no state string or names no target
+    is refused as the token error that names it; a principal or audience no binding can hold
+    is the caller's ``ValueError``."""
     _require_method(method)
     token = params.get("requestState") if isinstance(params, Mapping) else None
     if not isinstance(token, str):
         raise MalformedToken("the retry carries no requestState string")
     target, arguments = retry_target(method, params)
-    return verify(
-        keyset,
-        token,
-        principal=principal,
-        audience=audience,
-        format=format,
-        now=now,
-        policy=policy,
-        once=once,
-        method=method,
-        target=target,
-        arguments=arguments,
+    binding = Binding(
+        principal=principal, audience=audience, method=method, target=target, arguments=arguments
     )
+    return token, binding
 
 
 _WIRE_ERROR: dict[str, Any] = {

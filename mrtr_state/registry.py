@@ -27,7 +27,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .errors import BadSignature, InvalidToken, MalformedToken, OversizedToken
-from .key_derivation import KidRule, mcp_py_kid, mcp_rs2_kid, named_by_secret
+from .key_derivation import (
+    KidRule,
+    hmac_key_as_used,
+    mcp_py_kid,
+    mcp_rs2_kid,
+    named_by_secret,
+)
 
 if TYPE_CHECKING:
     from .envelopes import Envelope
@@ -64,10 +70,11 @@ class KeyAlgorithm:
     operator's, of :data:`SDK_SECRET_BYTES` length. ``kid``: how the key id follows from the
     secret (and, with ``sdk_kid``, from the SDK's own key id that its tokens carry), if it does;
     else the keyset chooses it. ``own``: one of mrtr-state's own formats' (``keys init`` makes
-    one of each). ``format``: the name of the entry that uses it.
+    one of each). ``format``: the name of the entry that uses it. ``hmac``: its wire keys
+    HMAC-SHA256 with the secret itself (so secrets HMAC pads or hashes alike are one key).
     """
 
-    __slots__ = ("exact", "format", "kid", "name", "own", "sdk_kid")
+    __slots__ = ("exact", "format", "hmac", "kid", "name", "own", "sdk_kid")
 
     def __init__(
         self,
@@ -77,12 +84,14 @@ class KeyAlgorithm:
         kid: KidRule | None = None,
         own: bool = False,
         sdk_kid: bool = False,
+        hmac: bool = False,
     ) -> None:
         self.name = name
         self.exact = exact
         self.kid = kid
         self.own = own
         self.sdk_kid = sdk_kid
+        self.hmac = hmac
         self.format = ""  # set by the entry that names it
 
     def __repr__(self) -> str:
@@ -189,7 +198,7 @@ _TABLE = (
         "mcp-php",
         "mcp_php:PhpWire",
         "mcp_php:McpPhpEnvelope",
-        KeyAlgorithm("mcp-php-v1", kid=named_by_secret(b"mrtr-state/mcp-php/kid:")),
+        KeyAlgorithm("mcp-php-v1", kid=named_by_secret(b"mrtr-state/mcp-php/kid:"), hmac=True),
         _unprefixed(1, "eyJ"),
         _SIGNED_ONLY,
     ),
@@ -199,7 +208,7 @@ _TABLE = (
         "mcp-java",
         "mcp_java:JavaWire",
         "mcp_java:McpJavaEnvelope",
-        KeyAlgorithm("mcp-java-v1", kid=named_by_secret(b"mrtr-state/mcp-java/kid:")),
+        KeyAlgorithm("mcp-java-v1", kid=named_by_secret(b"mrtr-state/mcp-java/kid:"), hmac=True),
         _unprefixed(1, "eyJ"),
         (
             "signed, not encrypted: the client can read the payload, and the principal (p) is "
@@ -429,6 +438,14 @@ def _shape_peers(table: tuple[_Entry, ...]) -> dict[str, frozenset[str]]:
 
 
 _SHAPE_PEERS = _shape_peers(_TABLE)
+
+
+def secret_as_used(alg: str, secret: bytes) -> bytes:
+    """``secret`` as ``alg``'s primitive takes it: the block HMAC keys with, for an HMAC key
+    (see :func:`mrtr_state.key_derivation.hmac_key_as_used`); else the secret itself."""
+    if KEY_ALGORITHMS[alg].hmac:
+        return hmac_key_as_used(secret)
+    return secret
 
 
 def shape_peers(alg: str) -> frozenset[str]:

@@ -22,12 +22,18 @@ Backends, chosen by URL:
   records a new key or reclaims a lapsed one and reports which, an index on the expiry so
   purges touch only lapsed rows); ``?timeout=SECONDS`` is how long a writer waits for another's
   lock before failing closed (10 s by default);
-* ``redis://host:port/db``: a fleet (``SET key 1 NX PXAT exp+max_skew``, judged by the Redis
-  server's clock), through the optional ``redis`` package (``pip install 'mrtr-state[redis]'``).
-  The store checks once a minute that the server's clock lies within ``max_skew`` of the
-  verifier's, and refuses a server that may evict keys under memory pressure; every redemption
-  also reads, in the same script as its ``SET``, the server's count of evicted keys, and refuses
-  while an eviction may have dropped an entry that still matters (see :class:`RedisStore`).
+* ``redis://host:port/db`` (or any URL of :mod:`mrtr_state.state.redis.url`: a Unix socket,
+  Sentinel, Cluster): a fleet (``SET key 1 NX PXAT exp+max_skew``, judged by the Redis
+  server's clock), over the package's own client and the optional ``hiredis`` parser
+  (``pip install 'mrtr-state[redis]'``). Each server is judged when a connection opens and
+  every few seconds after: its clock must lie within ``max_skew`` of the verifier's, and a
+  server that may evict keys under memory pressure is refused; every redemption also reads, in
+  the same script as its ``SET``, the server's count of evicted keys, and refuses while an
+  eviction may have dropped an entry that still matters (see :class:`RedisStore`).
+
+Every store has two faces: ``redeem`` for blocking callers (the CLI, library servers) and
+``aredeem`` for the proxy's event loop, which never waits on a store (SQLite runs on a small
+pool of threads, Redis on the asyncio client).
 
 Every failure of a store (unreachable, read-only, locked, corrupt, foreign, a clock beyond the
 bound) raises :class:`ReplayStoreError`: verification fails closed rather than silently accepting
@@ -36,6 +42,7 @@ a token it could not record.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import heapq
@@ -45,7 +52,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote
 
 from . import errors as ms_errors
@@ -84,7 +91,30 @@ class ReplayStore(Protocol):
         """Record ``key`` for a token expiring at ``expires_at``; False if already recorded."""
         ...
 
+    async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        """:meth:`redeem` for an asyncio caller: never blocks the event loop (the proxy)."""
+        ...
+
     def close(self) -> None: ...
+
+
+def redemption(
+    claims_exp: float | None, jti: str | None, token: str, store: ReplayStore, moment: float
+) -> tuple[str, float]:
+    """The (store key, expiry) under which a verified token is redeemed at ``moment``; or
+    :class:`LifetimeBeyondStore` for a token that outlives what ``store`` remembers."""
+    if claims_exp is None or not claims_exp - moment <= store.horizon:
+        raise ms_errors.LifetimeBeyondStore(
+            "single use refused: this token "
+            + ("never expires" if claims_exp is None else f"lives {claims_exp - moment:.0f} s more")
+            + f", beyond the {store.horizon:.0f} s the replay store remembers"
+        )
+    return token_key(jti, token), claims_exp
+
+
+def replayed() -> ms_errors.Replayed:
+    """The refusal of a token redeemed before."""
+    return ms_errors.Replayed("replayed: this requestState was already redeemed")
 
 
 def token_key(jti: str | None, token: str) -> str:
@@ -134,6 +164,9 @@ class MemoryStore:
             heapq.heappush(queue, (expires_at, key))
             return True
 
+    async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        return self.redeem(key, expires_at, now=now)  # a dictionary: nothing to wait for
+
     def __len__(self) -> int:
         return len(self._expiry)
 
@@ -161,6 +194,8 @@ _SQLITE_REDEEM = (
     " SET expires_at = excluded.expires_at WHERE redeemed.expires_at <= ?"
 )
 _SQLITE_PURGE = "DELETE FROM redeemed WHERE expires_at <= ?"
+#: How much longer than its lock timeout an awaited redemption may take (the statement itself).
+_SQLITE_GRACE = 1.0
 
 
 class SqliteStore:
@@ -296,6 +331,22 @@ class SqliteStore:
                     db.execute(_SQLITE_PURGE, (lapsed,))
             return recorded
 
+    async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        """:meth:`redeem` on the blocking pool (:func:`mrtr_state.state.blocking.off_loop`): a
+        file locked by another process holds this redemption, never the event loop."""
+        from .state.backend import waited
+        from .state.blocking import off_loop
+
+        started = time.perf_counter()
+        try:
+            return await off_loop(
+                lambda: self.redeem(key, expires_at, now=now), self.timeout + _SQLITE_GRACE
+            )
+        except TimeoutError as err:
+            raise ReplayStoreError(f"replay store {self.path}: {err}") from None
+        finally:
+            waited(time.perf_counter() - started)
+
     def count(self) -> int:
         with self._errors("count"):
             row = self._connection().execute("SELECT COUNT(*) FROM redeemed").fetchone()
@@ -350,16 +401,26 @@ return {0, epoch}
 """
 
 
+class _Link(NamedTuple):
+    """What a Redis store holds per event loop: its router (bound to that loop) and the watch
+    of the servers it reaches."""
+
+    router: Any
+    watch: Any
+
+
 class RedisStore:
     """A Redis server shared by a fleet: ``SET key 1 NX PXAT`` is the atomic test-and-set.
 
     The entry's expiry is an absolute time judged by the server's clock, so no replica's clock
-    shortens it. Once a minute (and at first use) the store reads the server's clock and its
-    eviction policy: a server whose clock lies beyond ``max_skew`` of the verifier's, or that
-    may evict keys before they expire (a ``maxmemory`` with a policy other than
-    ``noeviction``), cannot keep the promise, and every redemption fails closed until it can.
+    shortens it. Each server is judged when a connection to it opens and at most every
+    :data:`~mrtr_state.state.redis.watch.CHECK_EVERY` seconds after (its clock and its
+    eviction policy, :mod:`mrtr_state.state.redis.watch`): a server whose clock lies beyond
+    ``max_skew`` of the verifier's, or that may evict keys before they expire (a ``maxmemory``
+    with a policy other than ``noeviction``), cannot keep the promise, and every redemption
+    fails closed until it can.
 
-    That look is a minute old at worst, and a policy is a promise about the future anyway: an
+    That look is seconds old at worst, and a policy is a promise about the future anyway: an
     entry written under ``noeviction`` is dropped all the same if the policy changes later. So
     what single use rests on is what did happen: each redemption runs as one script that reads
     the server's ``evicted_keys`` counter and its clock before its ``SET``. A counter that moved
@@ -371,95 +432,166 @@ class RedisStore:
     (a restart without persistence, ``FLUSHALL``, the hash evicted) knows the entries went with
     it and refuses the same way. What stays open (docs/single-use.md): a process that first
     reaches the store after such a loss cannot tell it from a new store.
+
+    Any URL of :mod:`mrtr_state.state.redis.url`: one server, its Unix socket, a
+    Sentinel-watched primary, or a Cluster. On a Cluster, a redemption's script touches its
+    entry and the ``meta`` hash, which must share a slot: entries are spread over
+    :data:`CLUSTER_SHARDS` hash tags, each with its own hash (and so its own node's eviction
+    counter). One implementation, two faces: :meth:`aredeem` for the proxy, awaited on its
+    loop; :meth:`redeem` for blocking callers, run on the package's own loop
+    (:mod:`mrtr_state.state.blocking`).
     """
 
     PREFIX = "mrtr-state:redeemed:"
     META = "mrtr-state:meta"
-    CHECK_EVERY = 60.0
+    #: How many hash tags a Cluster's entries are spread over.
+    CLUSTER_SHARDS = 16
 
     def __init__(
-        self, url: str, *, max_skew: float = DEFAULT_MAX_SKEW, horizon: float = DEFAULT_HORIZON
+        self,
+        url: str,
+        *,
+        max_skew: float = DEFAULT_MAX_SKEW,
+        horizon: float = DEFAULT_HORIZON,
+        timeout: float = 5.0,
     ) -> None:
+        from .state.redis.url import parse_url, shown
+
+        self.max_skew, self.horizon = _bounds(max_skew, horizon)
+        self._target = parse_url(url)  # ValueError: the caller's URL cannot be read
         try:
-            import redis
+            import hiredis  # noqa: F401
         except ImportError:
             raise ReplayStoreError(
-                "the redis replay store needs the redis package: pip install 'mrtr-state[redis]'"
+                "the redis replay store needs hiredis: pip install 'mrtr-state[redis]'"
             ) from None
-        self.max_skew, self.horizon = _bounds(max_skew, horizon)
         self.url = url
-        self._client: Any = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        self._redis_error: type[Exception] = redis.RedisError
-        self._offset = 0.0  # the server's clock minus this host's, as last measured
-        self._checked_at = -math.inf  # monotonic time of that measurement
-        self._script = self._client.register_script(_REDIS_REDEEM)
+        self.timeout = timeout
+        self._shown = shown(url)
+        self._sharded = self._target.kind == "cluster"
+        self._links: dict[asyncio.AbstractEventLoop, _Link] = {}
         self._epoch = b""  # the store's epoch as this process last saw it (none yet)
         self._new_epoch = os.urandom(12).hex()  # the epoch written if the store has none
 
-    def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
+    def _link(self) -> _Link:
+        loop = asyncio.get_running_loop()
+        link = self._links.get(loop)
+        if link is None:
+            from .state.redis.client import connect
+            from .state.redis.watch import ServerWatch
+
+            watch = ServerWatch(self.max_skew, "keys")
+            router = connect(self._target, timeout=self.timeout, on_open=watch.on_open)
+            link = self._links[loop] = _Link(router, watch)
+        return link
+
+    def _keys(self, key: str) -> tuple[str, str]:
+        if not self._sharded:
+            return self.PREFIX + key, self.META
+        shard = hashlib.sha256(key.encode("utf-8")).digest()[0] % self.CLUSTER_SHARDS
+        return f"{self.PREFIX}{{{shard}}}:{key}", f"{self.META}:{{{shard}}}"
+
+    def _failed(self, why: object) -> ReplayStoreError:
+        return ReplayStoreError(f"replay store {self._shown}: {why}")
+
+    async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired on this replica's clock: refused, not waved through
+        from .state.backend import waited
+        from .state.redis.client import StoreFailure
+
+        link = self._link()
+        started = time.perf_counter()
         try:
-            if time.monotonic() - self._checked_at >= self.CHECK_EVERY:
-                self._check_server()
-            server_now = time.time() + self._offset
+            if link.watch.due():
+                await link.watch.look(link.router)
+            if link.watch.problem is not None:
+                raise self._failed(f"{link.watch.problem}; single use cannot be promised")
+            server_now = time.time() + link.watch.offset
             if not abs(server_now - now) <= self.max_skew:
-                raise ReplayStoreError(
-                    f"replay store {self._shown()}: the verifier's clock reads "
-                    f"{now - server_now:+.0f} s from the Redis server's, beyond max_skew "
-                    f"{self.max_skew:.0f} s; single use cannot be promised: fix the clocks (NTP)"
+                raise self._failed(
+                    f"the verifier's clock reads {now - server_now:+.0f} s from the Redis "
+                    f"server's, beyond max_skew {self.max_skew:.0f} s; single use cannot be "
+                    "promised: fix the clocks (NTP)"
                 )
             keep_until_ms = math.ceil((expires_at + self.max_skew) * 1000)
             refuse_ms = math.ceil((self.horizon + self.max_skew) * 1000)
-            answer = self._script(
-                keys=[self.PREFIX + key, self.META],
-                args=[keep_until_ms, refuse_ms, self._epoch, self._new_epoch],
-            )
-        except self._redis_error as err:
-            raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
-        outcome, self._epoch = int(answer[0]), answer[1]
+            entry, meta = self._keys(key)
+            args = (keep_until_ms, refuse_ms, self._epoch, self._new_epoch)
+            try:
+                answer = await link.router.call(
+                    entry.encode(), "EVALSHA", _REDEEM_SHA, 2, entry, meta, *args
+                )
+            except StoreFailure as err:
+                if not str(err).startswith("NOSCRIPT"):
+                    raise
+                # the node has not cached the script yet (new, restarted, promoted): send it
+                answer = await link.router.call(
+                    entry.encode(), "EVAL", _REDIS_REDEEM, 2, entry, meta, *args
+                )
+        except StoreFailure as err:
+            raise self._failed(err) from None
+        finally:
+            waited(time.perf_counter() - started)
+        outcome, self._epoch = int(answer[0]), bytes(answer[1])
         if outcome == -1:
-            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(answer[2] / 1000))
-            raise ReplayStoreError(
-                f"replay store {self._shown()}: the server has evicted keys (evicted_keys "
-                f"{answer[3]}) or lost this store's data since a verifier last looked, so the "
-                f"entry of a redeemed token may be gone: every redemption is refused until "
-                f"{until} (horizon + max_skew later); keep maxmemory-policy noeviction "
-                "(docs/single-use.md)"
+            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(answer[2]) / 1000))
+            raise self._failed(
+                f"the server has evicted keys (evicted_keys {int(answer[3])}) or lost this "
+                f"store's data since a verifier last looked, so the entry of a redeemed token "
+                f"may be gone: every redemption is refused until {until} (horizon + max_skew "
+                "later); keep maxmemory-policy noeviction (docs/single-use.md)"
             )
         return outcome == 1
 
-    def probe(self) -> float:
-        """Reach the server and run the checks a redemption runs first (its clock, its
-        eviction policy); the server's clock minus this host's, in seconds. For ``doctor``."""
+    def redeem(self, key: str, expires_at: float, *, now: float) -> bool:
+        from .state.blocking import run_blocking
+
         try:
-            self._check_server()
-        except self._redis_error as err:
-            raise ReplayStoreError(f"replay store {self._shown()}: {err}") from None
-        return self._offset
+            return run_blocking(self.aredeem(key, expires_at, now=now), self._patience())
+        except TimeoutError as err:
+            raise self._failed(err) from None
 
-    def _check_server(self) -> None:
-        before = time.time()
-        seconds, micros = self._client.time()
-        after = time.time()
-        memory = self._client.info("memory")
-        if memory.get("maxmemory") and memory.get("maxmemory_policy") != "noeviction":
-            raise ReplayStoreError(
-                f"replay store {self._shown()}: the server may evict keys before they expire "
-                f"(maxmemory {memory.get('maxmemory')}, maxmemory-policy "
-                f"{memory.get('maxmemory_policy')}); set maxmemory-policy noeviction"
-            )
-        self._offset = seconds + micros / 1e6 - (before + after) / 2
-        self._checked_at = time.monotonic()
+    def _patience(self) -> float:
+        """How long a blocking caller waits: a look at every server, then the script."""
+        return self.timeout * 4 + 1
 
-    def _shown(self) -> str:
-        from urllib.parse import urlsplit
+    async def aprobe(self) -> float:
+        """Reach the servers and judge them as a redemption would (clock, eviction policy);
+        the server's clock minus this host's, in seconds. ``ReplayStoreError`` says why not."""
+        from .state.redis.client import StoreFailure
 
-        parts = urlsplit(self.url)
-        return f"redis://{parts.hostname}:{parts.port or 6379}{parts.path}"  # no password
+        link = self._link()
+        try:
+            await link.watch.look(link.router)
+        except StoreFailure as err:
+            raise self._failed(err) from None
+        if link.watch.problem is not None:
+            raise self._failed(link.watch.problem)
+        return float(link.watch.offset)
+
+    def probe(self) -> float:
+        """:meth:`aprobe` for blocking callers (``doctor``)."""
+        from .state.blocking import run_blocking
+
+        try:
+            return run_blocking(self.aprobe(), self._patience())
+        except TimeoutError as err:
+            raise self._failed(err) from None
 
     def close(self) -> None:
-        self._client.close()
+        """Close the connections, on whichever loop each was made."""
+        links, self._links = self._links, {}
+        for loop, link in links.items():
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(link.router.close)
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+#: The redemption script's SHA-1, as EVALSHA names it.
+_REDEEM_SHA = hashlib.sha1(_REDIS_REDEEM.encode(), usedforsecurity=False).hexdigest()
 
 
 def _prepare_private_file(path: Path) -> tuple[int, int]:
@@ -509,9 +641,14 @@ def open_store(
             raise ValueError(f"{url!r}: unknown option {unknown[0]!r}; the one option is timeout")
         timeout = _seconds(options.get("timeout", "10"), url)
         return SqliteStore(path[1:], max_skew=max_skew, horizon=horizon, timeout=timeout)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    from .state.redis.url import SCHEMES, shown
+
+    if url.startswith(SCHEMES):
         return RedisStore(url, max_skew=max_skew, horizon=horizon)
-    raise ValueError(f"unknown replay store {url!r}: use memory:, sqlite:///PATH or redis://HOST")
+    raise ValueError(
+        f"unknown replay store {shown(url)!r}: use memory:, sqlite:///PATH, or a Redis URL "
+        "(redis://HOST, unix:///PATH, redis+sentinel://..., redis+cluster://...)"
+    )
 
 
 def _seconds(text: str, url: str) -> float:

@@ -126,7 +126,8 @@ class ReplayGuard:
             key, expires, inner = pending
             params = getattr(ctx, "params", None) or {}
             accepted = params.get("requestState") == inner  # the round the boundary accepted
-            if accepted and not self._store.redeem(key, expires, now=time.time()):
+            # awaited: the SDK's server runs this on its event loop, which a store must not stall
+            if accepted and not await self._store.aredeem(key, expires, now=time.time()):
                 from mcp.shared.exceptions import MCPError
 
                 _log.warning("requestState rejected on %s: replayed", ctx.method)

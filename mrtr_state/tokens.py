@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from ._encoding import b64url_encode, encode_parsed
 from ._entropy import fresh
 from ._surrogates import BACKSLASH, refuse_lone_surrogate
-from .binding import Binding, binding_of
+from .binding import Binding
 from .claims import Claims
 from .envelopes import refuse_to_mint
-from .errors import LifetimeBeyondStore, Replayed, WrongFormat
+from .errors import WrongFormat
 from .inspection import Inspection, inspect
 from .policy import DEFAULT_FORMAT, DEFAULT_POLICY, Policy
 from .registry import Format, format_named, shape_of, token_text
@@ -67,6 +67,43 @@ class Minted:
     @property
     def expires_at(self) -> float:
         return self.claims.exp
+
+
+def _bound(
+    given: Binding | None,
+    principal: str | None,
+    request_id: str | None,
+    audience: str | None,
+    method: str | None,
+    target: str | None,
+    arguments: Any,
+    bind: str | bytes | None,
+) -> Binding:
+    """The binding of a call: the :class:`Binding` given, or the one its keywords state (the
+    API's two spellings; a call may use one, never both)."""
+    if given is None:
+        return Binding(
+            principal=principal,
+            request_id=request_id,
+            audience=audience,
+            method=method,
+            target=target,
+            arguments=arguments,
+            bind=bind,
+        )
+    if type(given) is not Binding:
+        raise TypeError(f"a binding must be a mrtr_state.Binding, not {type(given).__name__}")
+    if not (
+        principal is None
+        and request_id is None
+        and audience is None
+        and method is None
+        and target is None
+        and arguments is None
+        and bind is None
+    ):
+        raise ValueError("give a Binding or the binding keywords (principal=...), not both")
+    return given
 
 
 def _open(
@@ -138,6 +175,7 @@ def issue(
     keyset: Keyset,
     state: Any = None,
     *,
+    binding: Binding | None = None,
     principal: str | None = None,
     request_id: str | None = None,
     audience: str | None = None,
@@ -151,7 +189,7 @@ def issue(
     bind: str | bytes | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
-    binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
+    binding = _bound(binding, principal, request_id, audience, method, target, arguments, bind)
     token, key, fmt, claims = _mint(keyset, state, binding, ttl, format, now, policy)
     return Minted(
         token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims, key.kid)
@@ -162,6 +200,7 @@ def mint(
     keyset: Keyset,
     state: Any = None,
     *,
+    binding: Binding | None = None,
     principal: str | None = None,
     request_id: str | None = None,
     audience: str | None = None,
@@ -182,8 +221,11 @@ def mint(
     ``ttl`` seconds from ``now``. The SDK formats bind what their SDKs bind: ``mcp-py`` the
     method, target, arguments, audience and principal (its state is a string); ``mcp-ts`` an
     optional ``bind`` value. A binding the format cannot carry is a ``ValueError``.
+
+    ``binding=Binding(...)`` states the same values as one object (:class:`Binding`), instead
+    of the keywords; a call gives one or the other.
     """
-    binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
+    binding = _bound(binding, principal, request_id, audience, method, target, arguments, bind)
     return _mint(keyset, state, binding, ttl, format, now, policy)[0]
 
 
@@ -191,6 +233,7 @@ def verify(
     keyset: Keyset,
     token: str | bytes,
     *,
+    expect: Binding | None = None,
     principal: str | None = None,
     request_id: str | None = None,
     audience: str | None = None,
@@ -215,8 +258,11 @@ def verify(
     With ``once`` (a store from :mod:`mrtr_state.replay`), a token is accepted at most once until
     it expires: the second presentation raises :class:`Replayed`. The store is consulted last,
     so a token refused for any other reason is never recorded.
+
+    ``expect=Binding(...)`` states the expected binding as one object (:class:`Binding`),
+    instead of the keywords; a call gives one or the other.
     """
-    binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
+    binding = _bound(expect, principal, request_id, audience, method, target, arguments, bind)
     return _verified(keyset, token, binding, format, now, policy, once, None)
 
 
@@ -236,17 +282,11 @@ def _verified(
     if BACKSLASH in plaintext:  # only an escape can spell a lone surrogate (see _surrogates)
         refuse_lone_surrogate(plaintext, claims, "the claims")
     if once is not None:
-        from .replay import token_key
+        from .replay import redemption, replayed
 
-        exp = claims.exp
-        if exp is None or not exp - moment <= once.horizon:
-            raise LifetimeBeyondStore(
-                "single use refused: this token "
-                + ("never expires" if exp is None else f"lives {exp - moment:.0f} s more")
-                + f", beyond the {once.horizon:.0f} s the replay store remembers"
-            )
-        if not once.redeem(token_key(claims.jti, text), exp, now=moment):
-            raise Replayed("replayed: this requestState was already redeemed")
+        entry, exp = redemption(claims.exp, claims.jti, text, once, moment)
+        if not once.redeem(entry, exp, now=moment):
+            raise replayed()
     return claims
 
 
@@ -254,6 +294,7 @@ def verify_for_output(
     keyset: Keyset,
     token: str | bytes,
     *,
+    expect: Binding | None = None,
     principal: str | None = None,
     request_id: str | None = None,
     audience: str | None = None,
@@ -273,7 +314,7 @@ def verify_for_output(
     rmcp payload that is not JSON is given as base64url (not JSON: the caller says so). A batch
     (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state.
     """
-    binding = binding_of(principal, request_id, audience, method, target, arguments, bind)
+    binding = _bound(expect, principal, request_id, audience, method, target, arguments, bind)
     carried: list[str] = []
     claims = _verified(keyset, token, binding, format, now, policy, once, carried)
     if carried:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -21,6 +21,9 @@ from click.testing import CliRunner, Result
 from mrtr_state.cli import cli
 
 from .servers import free_port
+
+if TYPE_CHECKING:
+    from mrtr_state.proxy.rewrite import StateGuard
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = b"X-Forwarded-User: alice\r\n"
@@ -156,12 +159,16 @@ class ProxyProcess:
         principal: tuple[str, ...] = ("--principal-header", "X-Forwarded-User"),
         upstream_path: str = "/mcp",
         listen_host: str = "127.0.0.1",
+        open_files: int | None = None,
     ) -> None:
         self.port = free_port()
         self.log: list[dict[str, Any]] = []
         self.stderr: list[str] = []
+        # a process limit on open files, as a container's ulimit sets it (util-linux's prlimit)
+        limit = [] if open_files is None else ["prlimit", f"--nofile={open_files}:{open_files}"]
         self.process = subprocess.Popen(
             [
+                *limit,
                 *(sys.executable, "-m", "mrtr_state", "proxy", "--keyset", str(keyset)),
                 *("--upstream", upstream_url + upstream_path),
                 *("--listen", f"{listen_host}:{self.port}"),
@@ -277,3 +284,30 @@ def synthetic_capture(
             wrapped = {"ts": ts, "dir": direction, "msg": {"jsonrpc": "2.0", **message}}
             yield json.dumps(wrapped, separators=(",", ":"))
             ts += step
+
+
+def token_guard(
+    keyset: Any,
+    *,
+    audience: str | None = None,
+    ttl: int | None = None,
+    once: Any = None,
+    clock: Any = time.time,
+    log: Any = None,
+    metrics: Any = None,
+) -> StateGuard:
+    """A proxy's guard sealing ``aead`` tokens under ``keyset`` (``once``: a replay store), as
+    ``mrtr-state proxy`` builds it without ``--state-store``."""
+    from mrtr_state.proxy.rewrite import StateGuard
+    from mrtr_state.state import TokenBackend
+
+    backend = TokenBackend(keyset, format="aead", replay=once, ttl=ttl, clock=clock)
+    return StateGuard(backend, audience=audience, log=log, metrics=metrics, keyset=keyset)
+
+
+def handle_guard(store: Any, *, audience: str | None = None, log: Any = None) -> StateGuard:
+    """A proxy's guard keeping states in ``store`` behind handles (``--state-store``)."""
+    from mrtr_state.proxy.rewrite import StateGuard
+    from mrtr_state.state import HandleBackend
+
+    return StateGuard(HandleBackend(store), audience=audience, log=log)

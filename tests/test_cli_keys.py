@@ -287,3 +287,17 @@ def test_an_inline_keyset_from_the_environment_is_read_only(path: Path, tmp_path
     run("--keyset", str(other), "verify", token, env=inline, code=1)
     broken = run("verify", token, env={"MRTR_STATE_KEYSET_JSON": "{"}, code=6)
     assert broken.stderr.startswith("error: MRTR_STATE_KEYSET_JSON is not valid JSON")
+
+
+def test_import_refuses_a_secret_hmac_takes_for_one_already_held(tmp_path: Path) -> None:
+    """A Java SDK key K, then K + 0x00 for the PHP SDK: HMAC keys both alike (issue 44), so the
+    import is refused as the equal-secret case is, and the keyset file is left as it was."""
+    from .helpers import keys_import
+
+    keyset = tmp_path / "keyset.json"
+    secret = raw_secret(32)
+    keys_import(keyset, "mcp-java-v1", secret)
+    before = keyset.read_bytes()
+    refused = keys_import(keyset, "mcp-php-v1", secret + b"\x00", code=6)
+    assert "hold the same secret (as their MAC uses it)" in refused.stderr
+    assert keyset.read_bytes() == before

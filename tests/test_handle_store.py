@@ -142,17 +142,17 @@ def test_a_read_only_replica_is_refused() -> None:
 
 def test_the_asyncio_store_does_the_same_in_one_command_each() -> None:
     async def run(url: str) -> None:
-        store = open_handle_store(url, asyncio=True)
+        store = open_handle_store(url)
         ident = handles.new_handle()
         now = time.time()
         key = ident.key
-        await store.put(key, handles.encode_record(ident, "s", BOUND, now=now, ttl=60), now + 61)
-        other = await store.take(key, handles.lock_of(ident, OTHER))
+        await store.aput(key, handles.encode_record(ident, "s", BOUND, now=now, ttl=60), now + 61)
+        other = await store.atake(key, handles.lock_of(ident, OTHER))
         assert other is not None and not other.handed
-        taken = await store.take(key, handles.lock_of(ident, BOUND))
+        taken = await store.atake(key, handles.lock_of(ident, BOUND))
         assert taken is not None and taken.handed
-        assert await store.take(key, handles.lock_of(ident, BOUND)) is None
-        assert await store.probe() is None
+        assert await store.atake(key, handles.lock_of(ident, BOUND)) is None
+        assert await store.aprobe() is None
         await store.aclose()
 
     with private_redis() as (_, url):
@@ -193,12 +193,12 @@ def test_sentinel_finds_the_primary_and_a_failover_fails_closed_then_recovers() 
         filed(store, "after")
 
 
-# --- the proxy's own client (mrtr_state._resp), on the same real topologies ------------------
+# --- the asyncio client (mrtr_state.state.redis.client), on the same real topologies ------------
 
 
 def run_async(store_url: str, scenario: Any) -> Any:
     async def main() -> Any:
-        store = open_handle_store(store_url, asyncio=True)
+        store = open_handle_store(store_url)
         try:
             return await scenario(store)
         finally:
@@ -211,16 +211,16 @@ async def afiled(store: Any, state: str = "s") -> handles.Handle:
     ident = handles.new_handle()
     now = time.time()
     value = handles.encode_record(ident, state, BOUND, now=now, ttl=300)
-    await store.put(ident.key, value, now + 301)
+    await store.aput(ident.key, value, now + 301)
     return ident
 
 
 async def atake(store: Any, ident: handles.Handle, binding: Any = BOUND) -> Any:
-    return await store.take(ident.key, handles.lock_of(ident, binding))
+    return await store.atake(ident.key, handles.lock_of(ident, binding))
 
 
 def test_the_slot_of_a_key_is_redis_clusters() -> None:
-    from mrtr_state._resp import slot_of
+    from mrtr_state.state.redis.client import slot_of
 
     # values Redis's CLUSTER KEYSLOT gives (and its {hash tag} rule)
     assert slot_of(b"foo") == 12182 and slot_of(b"bar") == 5061
@@ -236,7 +236,7 @@ def test_the_proxys_client_on_a_cluster_follows_a_moved_slot() -> None:
         async def scenario(store: Any) -> None:
             idents = [await afiled(store, f"s{n}") for n in range(60)]
             # the map goes stale (as after a resharding): every slot said to be on one node
-            router = store._router
+            router, _ = store._link()
             slots = await router._map()
             router._slots = [slots[0]] * 16384
             taken = [await atake(store, ident) for ident in idents]
@@ -278,7 +278,7 @@ def test_the_proxys_client_fails_closed_and_reconnects() -> None:
 
         async def scenario(store: Any) -> None:
             ident = await afiled(store)
-            assert await store.probe() is None
+            assert await store.aprobe() is None
             assert (await atake(store, ident, OTHER)).handed is False
             server.kill()
             server.wait(10)
@@ -286,7 +286,7 @@ def test_the_proxys_client_fails_closed_and_reconnects() -> None:
                 await atake(store, ident)
             with pytest.raises(StateStoreError):
                 await afiled(store)
-            assert "cannot be reached" in (await store.probe() or "")
+            assert "cannot be reached" in (await store.aprobe() or "")
 
         run_async(url, scenario)
 
@@ -306,7 +306,7 @@ def test_the_proxys_client_loads_its_script_where_it_is_missing() -> None:
 def test_a_redis_url_whose_database_is_not_a_number_is_refused() -> None:
     """redis-py reads redis://HOST/abc as database 0; a typo must not quietly pick another
     database (found by a review)."""
-    with pytest.raises(StateStoreError, match="the database is a number"):
+    with pytest.raises(StateStoreError, match="the database must be a number"):
         open_handle_store("redis://127.0.0.1:6379/abc")
 
 
@@ -314,7 +314,7 @@ def test_the_proxys_client_fails_a_silent_server_closed_then_opens_a_new_link() 
     """A server that takes the connection and never answers (stopped, or a black hole): each
     command fails within the timeout, those queued behind it too, and the link is dropped,
     so the next command opens a new one (which this server answers)."""
-    from mrtr_state._resp import Node, StoreFailure
+    from mrtr_state.state.redis.client import Node, StoreFailure
 
     async def scenario() -> None:
         links: list[asyncio.Event] = []
@@ -351,7 +351,7 @@ def test_the_proxys_client_fails_a_silent_server_closed_then_opens_a_new_link() 
 
 def test_an_error_reply_fails_its_command_and_keeps_the_link() -> None:
     with private_redis() as (_, url):
-        from mrtr_state._resp import StoreFailure, router_for
+        from mrtr_state.state.redis.client import StoreFailure, router_for
 
         async def scenario() -> None:
             router = router_for(url, timeout=2.0)
@@ -371,7 +371,7 @@ def test_a_refused_password_or_database_leaves_no_connection_open() -> None:
     is closed too (each round used to leave one open on both sides; found by a review)."""
     import redis
 
-    from mrtr_state._resp import StoreFailure, router_for
+    from mrtr_state.state.redis.client import StoreFailure, router_for
 
     with private_redis() as (_, url):
         admin = redis.Redis.from_url(url)
@@ -417,7 +417,7 @@ def test_the_watchdog_fires_once_per_late_command_under_uvloop(
     watchdog must take that as the deadline, not re-arm in a spin (found by a review: 200 runs
     in 2 ms)."""
     uvloop = pytest.importorskip("uvloop")
-    from mrtr_state import _resp
+    from mrtr_state.state.redis import client as _resp
 
     runs: list[float] = []
     watch = _resp._Link._watch
@@ -475,16 +475,16 @@ def test_the_proxys_client_reaches_a_redis_on_its_unix_socket(tmp_path: Path) ->
     )
 
     async def run() -> None:
-        store = open_handle_store(f"unix://:s3cret@{sock}?db=2", asyncio=True)
+        store = open_handle_store(f"unix://:s3cret@{sock}?db=2")
         ident = await afiled(store, "beside")
         taken = await atake(store, ident)
         assert taken.handed and handles.decode_record(ident, taken.value).state == "beside"
-        assert await atake(store, ident) is None and await store.probe() is None
+        assert await atake(store, ident) is None and await store.aprobe() is None
         await store.aclose()
-        wrong = open_handle_store(f"unix://:wrong@{sock}", asyncio=True)
-        assert "WRONGPASS" in str(await wrong.probe()) or "invalid" in str(await wrong.probe())
+        wrong = open_handle_store(f"unix://:wrong@{sock}")
+        assert "WRONGPASS" in str(await wrong.aprobe()) or "invalid" in str(await wrong.aprobe())
         await wrong.aclose()
-        gone = open_handle_store(f"unix://{tmp_path}/nobody.sock", asyncio=True)
+        gone = open_handle_store(f"unix://{tmp_path}/nobody.sock")
         with pytest.raises(StateStoreError, match="unreachable"):
             await afiled(gone)
         await gone.aclose()
@@ -506,13 +506,13 @@ def test_the_proxys_client_reaches_a_redis_on_its_unix_socket(tmp_path: Path) ->
         with pytest.raises(
             StateStoreError, match=r"unix://\[:PASSWORD@\]/PATH|database must be a number"
         ):
-            open_handle_store(url, asyncio=True)
+            open_handle_store(url)
 
 
 def test_the_proxy_reads_a_unix_url_as_the_cli_does_or_refuses_it() -> None:
     """The proxy's client and redis-py (the CLI's) must reach the same socket with the same
     credentials: a form only one of them would read is refused at start-up."""
-    from mrtr_state._resp import router_for
+    from mrtr_state.state.redis.client import router_for
 
     for url in (
         "unix:///tmp/redis.sock?password=s3cret",  # redis-py would authenticate; refused here

@@ -88,7 +88,7 @@ def test_the_wheels_metadata_pins_nothing_and_names_the_project(wheel: Path) -> 
     pinned = [str(r) for r in requires for s in r.specifier if s.operator in ("==", "===")]
     assert requires and pinned == []
     named = {r.name for r in requires}
-    assert named == {"click", "cryptography", "mcp", "python-pkcs11", "redis", "hiredis"} | {
+    assert named == {"click", "cryptography", "mcp", "python-pkcs11", "hiredis"} | {
         "uvicorn",
         "httptools",
         "uvloop",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,49 @@ def test_one_secret_is_not_held_under_two_algorithms_whose_tokens_look_alike(
     token fail, read as PHP (the first key whose MAC opens a token names its format). Algorithms
     whose tokens differ in shape may share one (rmcp's rs1 signing key is also a ring key)."""
     secret = b"\x33" * 32
-    with pytest.raises(KeysetInvalid, match="hold the same secret, and their tokens look alike"):
+    with pytest.raises(KeysetInvalid, match=r"hold the same secret \(as their MAC uses it\), and"):
         ms.Keyset([Key.from_secret(first, secret), Key.from_secret(second, secret)])
     ms.Keyset(
         [Key.from_secret("mcp-rs-v1", secret), Key.from_secret("mcp-rs-v2", secret, sdk_kid="r")]
     )
     ms.Keyset([Key.from_secret(first, secret), Key.from_secret(second, b"\x44" * 32)])
+
+
+@pytest.mark.parametrize(
+    ("java", "php"),
+    [
+        (b"\x35" * 32, b"\x35" * 32 + b"\x00"),  # HMAC pads with zeros: one key to it
+        (b"\x35" * 40, b"\x35" * 40 + b"\x00" * 24),  # padded up to the block exactly
+        (b"\x36" * 65, hashlib.sha256(b"\x36" * 65).digest()),  # longer than the block: hashed
+    ],
+    ids=["zero-byte", "to-the-block", "hashed"],
+)
+def test_secrets_hmac_takes_for_one_key_are_one_secret(java: bytes, php: bytes) -> None:
+    """Found by an attack (issue 44): a Java SDK key K beside a PHP SDK key K + 0x00 passed the
+    equal-secret check, yet HMAC keys both alike, so every Java token opened under the PHP key
+    first and was read as PHP. Shown on real tokens, then refused at load."""
+    at = 1_800_000_000
+    java_key, php_key = Key.from_secret("mcp-java-v1", java), Key.from_secret("mcp-php-v1", php)
+    assert java_key.secret != php_key.secret and java_key.kid != php_key.kid
+    token = ms.mint(
+        ms.Keyset([java_key]), "s", format="mcp-java", method="tools/call", target="t", now=at
+    )
+    php_only = ms.Keyset([php_key])
+    # the PHP key's MAC opens the Java token: HMAC took the two secrets for one key
+    with pytest.raises(ms.InvalidToken) as read_as_php:
+        ms.verify(php_only, token, method="tools/call", target="t", now=at)
+    assert read_as_php.value.code != "bad_signature"
+    with pytest.raises(KeysetInvalid, match=r"hold the same secret \(as their MAC uses it\)"):
+        ms.Keyset([java_key, php_key])
+    with pytest.raises(KeysetInvalid, match=r"hold the same secret \(as their MAC uses it\)"):
+        ms.Keyset([php_key, java_key])
+
+
+def test_hmac_keys_that_differ_as_hmac_takes_them_may_share_a_keyset() -> None:
+    ms.Keyset(
+        [
+            Key.from_secret("mcp-java-v1", b"\x35" * 32),
+            Key.from_secret("mcp-php-v1", b"\x35" * 32 + b"\x01"),
+            Key.from_secret("mcp-php-v1", b"\x35" * 65, status="active"),  # hashed, no prefix
+        ]
+    )

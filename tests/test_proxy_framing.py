@@ -31,7 +31,8 @@ from .framing_cases import build_case, forwarded_headers, send_case, statuses
 from .helpers import ROOT, ProxyProcess, Reply, call
 from .servers import NaiveServer, RecordingUpstream, free_port, serving
 
-USER = b"X-Forwarded-User: alice\r\n"
+#: what a client of the proxy sends with each POST: its principal and the body's media type
+SENDER = b"X-Forwarded-User: alice\r\nContent-Type: application/json\r\n"
 NOTE = json.dumps({"jsonrpc": "2.0", "method": "notifications/m", "params": {}}).encode()
 
 
@@ -255,7 +256,7 @@ def test_a_trailer_is_refused_before_anything_reaches_the_upstream(
     # refused (401 when the app saw the head without a principal before the trailer came),
     # then the connection closed
     assert exchange(proxy.port, stream, cut) in ([400], [401])
-    with_principal = head(b"Host: p", USER.strip(), CHUNKED.strip()) + chunked(NOTE, trailer)
+    with_principal = head(b"Host: p", SENDER.strip(), CHUNKED.strip()) + chunked(NOTE, trailer)
     assert exchange(proxy.port, with_principal, cut) == [400]
     assert settle(upstream, before) == 0
     refused = [e for e in proxy.log if e.get("kind") == "trailer"]
@@ -295,7 +296,7 @@ def test_framing_with_two_readings_is_refused_and_nothing_after_it_is_read(
     """Finding 2 (medium): h11 framed CL + TE as chunked and read what followed as a request."""
     proxy, upstream = rig
     before = len(upstream.requests)
-    stream = b"POST /mcp HTTP/1.1\r\nHost: p\r\n" + USER + framing + b"\r\n" + chunked(NOTE)
+    stream = b"POST /mcp HTTP/1.1\r\nHost: p\r\n" + SENDER + framing + b"\r\n" + chunked(NOTE)
     assert exchange(proxy.port, stream + SMUGGLED, cut) == [400]
     assert settle(upstream, before) == 0
 
@@ -305,8 +306,10 @@ def test_requests_before_a_refused_one_are_answered_first(
 ) -> None:
     proxy, upstream = rig
     before = len(upstream.requests)
-    good = head(b"Host: p", USER.strip(), b"Content-Length: %d" % len(NOTE)) + NOTE
-    bad = b"POST /mcp HTTP/1.1\r\nHost: p\r\n" + USER + b"Content-Length: 2\r\n" + CHUNKED + b"\r\n"
+    good = head(b"Host: p", SENDER.strip(), b"Content-Length: %d" % len(NOTE)) + NOTE
+    bad = (
+        b"POST /mcp HTTP/1.1\r\nHost: p\r\n" + SENDER + b"Content-Length: 2\r\n" + CHUNKED + b"\r\n"
+    )
     assert exchange(proxy.port, good + good + bad + SMUGGLED, cut=False) == [202, 202, 400]
     assert settle(upstream, before) == 2
     assert all(b"victim" not in value for r in upstream.requests for _, value in r[2])
@@ -317,14 +320,21 @@ def test_the_upstream_gets_the_header_section_and_never_an_upgrade(
 ) -> None:
     proxy, upstream = rig
     before = len(upstream.requests)
-    sent = [b"Host: p", USER.strip(), b"X-Trace:  t-1 ", b"Connection: Upgrade, X-Hop", b"X-Hop: h"]
+    sent = [
+        b"Host: p",
+        SENDER.strip(),
+        b"X-Trace:  t-1 ",
+        b"Connection: Upgrade, X-Hop",
+        b"X-Hop: h",
+    ]
     stream = head(*sent, b"Upgrade: h2c", b"Content-Length: %d" % len(NOTE)) + NOTE
-    last = head(b"Host: p", USER.strip(), b"Connection: close", b"Content-Length: 2") + b"{}"
+    last = head(b"Host: p", SENDER.strip(), b"Connection: close", b"Content-Length: 2") + b"{}"
     assert exchange(proxy.port, stream + last, cut=True) == [202, 400]  # "{}" is no JSON-RPC
     assert settle(upstream, before) == 1
     got = [(n, v) for n, v in upstream.requests[-1][2] if n not in (b"host", b"content-length")]
     assert got == [
         (b"x-forwarded-user", b"alice"),
+        (b"content-type", b"application/json"),
         (b"x-trace", b"t-1"),
         (b"accept-encoding", b"identity"),
     ]
@@ -386,7 +396,7 @@ def test_only_the_paths_served_are_forwarded(tmp_path: Path) -> None:
                 raw = (
                     head(
                         b"Host: p",
-                        USER.strip(),
+                        SENDER.strip(),
                         b"Content-Length: %d" % len(NOTE),
                         line=b"POST " + target + b" HTTP/1.1",
                     )
@@ -398,7 +408,7 @@ def test_only_the_paths_served_are_forwarded(tmp_path: Path) -> None:
                 raw = (
                     head(
                         b"Host: p",
-                        USER.strip(),
+                        SENDER.strip(),
                         b"Content-Length: %d" % len(NOTE),
                         line=b"POST " + target + b" HTTP/1.1",
                     )
@@ -592,7 +602,7 @@ def test_headers_the_upstream_could_read_otherwise_are_refused(
 ) -> None:
     proxy, upstream = rig
     before = len(upstream.requests)
-    stream = head(b"Host: p", USER.strip(), *fields, b"Content-Length: %d" % len(NOTE)) + NOTE
+    stream = head(b"Host: p", SENDER.strip(), *fields, b"Content-Length: %d" % len(NOTE)) + NOTE
     assert (
         exchange(
             proxy.port,
@@ -670,7 +680,7 @@ def test_an_upstream_answer_outside_http_is_a_502(
     try:
         body = json.dumps(call("deploy")).encode()
         raw = head(
-            b"Host: p", USER.strip(), b"Connection: close", b"Content-Length: %d" % len(body)
+            b"Host: p", SENDER.strip(), b"Connection: close", b"Content-Length: %d" % len(body)
         )
         reply = Reply(send_raw_close(proxy.port, raw.replace(b"Connection: close\r\n", b"") + body))
         assert reply.status == 502 and b"PLAIN" not in reply.raw
@@ -701,7 +711,7 @@ def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> None:
             assert time.monotonic() - started < 8
             # after an answer, empty lines do not keep the connection open (keep-alive: 5 s)
             kept = socket.create_connection(("127.0.0.1", proxy.port), timeout=15)
-            kept.sendall(head(b"Host: p", USER.strip(), b"Content-Length: %d" % len(NOTE)) + NOTE)
+            kept.sendall(head(b"Host: p", SENDER.strip(), b"Content-Length: %d" % len(NOTE)) + NOTE)
             assert kept.recv(4096).startswith(b"HTTP/1.1 202")
             kept.settimeout(0.5)
             closed_at = None

@@ -19,6 +19,7 @@ from mrtr_state import lifecycle
 from mrtr_state.proxy.app import ProxyApp
 from mrtr_state.proxy.rewrite import StateGuard, bearer_principal
 
+from .helpers import token_guard
 from .servers import NaiveServer, free_port, serving
 
 CALL = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "deploy", "arguments": {}}}
@@ -68,7 +69,7 @@ def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
 def fleet(request: pytest.FixtureRequest, keyset_file: Path) -> Iterator[Fleet]:
     upstream = NaiveServer(mode=request.param)
     lines: list[dict[str, Any]] = []
-    guard = StateGuard(
+    guard = token_guard(
         ms.Keyset.load(keyset_file, reload_interval=0),
         audience="fleet",
         ttl=60,
@@ -90,7 +91,7 @@ def test_a_round_trip_through_the_proxy(fleet: Fleet) -> None:
     (retry,) = fleet.upstream.retries()
     original = json.loads(base64.b64decode(retry["params"]["requestState"]))
     assert original == {"step": 1, "env": "prod"}  # the server got back exactly its own state
-    assert [line["event"] for line in fleet.log] == ["sealed", "verified"]
+    assert [line["event"] for line in fleet.log] == ["sealed", "opened"]
 
 
 @pytest.mark.parametrize(
@@ -176,8 +177,9 @@ def test_everything_else_passes_through_untouched(fleet: Fleet) -> None:
         )
     assert httpx.delete(fleet.url, headers=alice, timeout=10).status_code == 204
     before = len(fleet.upstream.received)
+    sent = {**alice, "Content-Type": "application/json"}
     for body in (b"{oops", b'{"jsonrpc":"2.0","id":1,"method":"ping","id":2}', b"[NaN]"):
-        refused = httpx.post(fleet.url, content=body, headers=alice, timeout=10)
+        refused = httpx.post(fleet.url, content=body, headers=sent, timeout=10)
         assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700
     assert len(fleet.upstream.received) == before  # never forwarded
 
@@ -202,17 +204,22 @@ def test_a_batch_mixes_answers_and_refusals(fleet: Fleet) -> None:
 
 def test_an_oversized_body_is_refused_before_parsing(keyset_file: Path) -> None:
     upstream = NaiveServer()
-    guard = StateGuard(ms.Keyset.load(keyset_file))
+    guard = token_guard(ms.Keyset.load(keyset_file))
     with serving(upstream) as upstream_url:
         app = ProxyApp(guard, upstream=upstream_url + "/mcp", max_body=2048)
         with serving(app) as proxy_url:
-            big = httpx.post(proxy_url + "/mcp", content=b"[" + b" " * 4096 + b"]", timeout=10)
+            big = httpx.post(
+                proxy_url + "/mcp",
+                content=b"[" + b" " * 4096 + b"]",
+                headers={"Content-Type": "application/json"},
+                timeout=10,
+            )
             assert big.status_code == 413 and big.json()["error"]["code"] == -32600
     assert upstream.received == []
 
 
 def test_an_unreachable_upstream_is_a_502_not_a_hang(keyset_file: Path) -> None:
-    guard = StateGuard(ms.Keyset.load(keyset_file))
+    guard = token_guard(ms.Keyset.load(keyset_file))
     app = ProxyApp(guard, upstream=f"http://127.0.0.1:{free_port()}/mcp", timeout=5)
     with serving(app) as proxy_url:
         answer = httpx.post(
@@ -225,7 +232,7 @@ def test_an_unreachable_upstream_is_a_502_not_a_hang(keyset_file: Path) -> None:
 def test_concurrent_clients_get_their_own_answers(keyset_file: Path) -> None:
     """A bounded load on loopback: 16 clients x 15 round trips, no lost or mixed-up answers."""
     upstream = NaiveServer(mode="sse")
-    guard = StateGuard(ms.Keyset.load(keyset_file), ttl=60)
+    guard = token_guard(ms.Keyset.load(keyset_file), ttl=60)
     failures: list[str] = []
     with serving(upstream) as upstream_url:
         app = ProxyApp(guard, upstream=upstream_url + "/mcp", principal_header="X-Forwarded-User")
@@ -282,7 +289,7 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
                 except OSError:
                     assert time.monotonic() < deadline and process.poll() is None
                     time.sleep(0.05)
-            fleet = Fleet(upstream, f"http://127.0.0.1:{port}", StateGuard(ms.Keyset.generate()))
+            fleet = Fleet(upstream, f"http://127.0.0.1:{port}", token_guard(ms.Keyset.generate()))
             alice, mallory = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer x"}
             params = {"name": "deploy", "arguments": {"env": "prod"}}
             call = {**CALL, "id": 1, "params": params}
@@ -306,7 +313,7 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
             process.terminate()
             _, err = process.communicate(timeout=20)
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert [e["event"] for e in events] == ["start", "sealed", "refused", "verified", "stop"]
+    assert [e["event"] for e in events] == ["start", "sealed", "refused", "opened", "stop"]
     assert events[2]["result"] == "principal_mismatch"
     assert all(list(e)[:3] == ["ts", "level", "event"] for e in events)
     assert events[0]["upstream"] == upstream_url + "/mcp" and events[0]["paths"] == ["/mcp"]
@@ -332,6 +339,7 @@ def test_a_body_read_two_ways_never_smuggles_a_state(fleet: Fleet) -> None:
         b'"params":{"name":"deploy","arguments":{},"requestState":"eyJmb3JnZWQiOiB0cnVlfQ=="},'
         b'"params":{"name":"deploy","arguments":{}}}'
     )
-    answer = httpx.post(fleet.url, content=smuggled, headers={"X-Forwarded-User": "a"}, timeout=10)
+    sent = {"X-Forwarded-User": "a", "Content-Type": "application/json"}
+    answer = httpx.post(fleet.url, content=smuggled, headers=sent, timeout=10)
     assert answer.status_code == 400 and "duplicate member" in answer.json()["error"]["message"]
     assert fleet.upstream.retries() == []

@@ -5,6 +5,7 @@ matching)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -19,7 +20,9 @@ from hypothesis import strategies as st
 
 import mrtr_state as ms
 from mrtr_state.proxy.jsonrpc import Refusal, check_routing_headers, id_key, parse_body
-from mrtr_state.proxy.rewrite import Exchange, StateGuard
+from mrtr_state.proxy.rewrite import Exchange
+
+from .helpers import token_guard
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
 
@@ -223,7 +226,7 @@ def test_ids_that_differ_as_json_values_stay_apart() -> None:
 # --- differential: what the proxy forwards reads the same to every upstream --------------------
 
 KEYSET = ms.Keyset.generate(("A256GCM",))
-GUARD = StateGuard(KEYSET, ttl=300)
+GUARD = token_guard(KEYSET, ttl=300)
 VALID = ms.mint(
     KEYSET,
     "the server's own state",
@@ -346,7 +349,7 @@ def _string(text: str, rng: random.Random) -> str:
 def inspected(body: bytes) -> tuple[Exchange, bytes] | None:
     """What the proxy makes of ``body``: the exchange and the bytes it forwards, or None."""
     try:
-        exchange = Exchange(GUARD, parse_body(body), None)
+        exchange = asyncio.run(Exchange.build(GUARD, parse_body(body), None))
     except Refusal:
         return None
     forwarded = exchange.forward_body(body)

@@ -12,8 +12,8 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state.proxy.app import ProxyApp
-from mrtr_state.proxy.rewrite import StateGuard
 
+from .helpers import token_guard
 from .servers import serving
 
 mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test dependency")
@@ -91,7 +91,7 @@ def test_the_official_sdk_completes_an_elicitation_through_the_proxy(
     seen: list[str] = []
     server = naive_server(seen)
     lines: list[dict[str, Any]] = []
-    guard = StateGuard(ms.Keyset.load(keyset_file), ttl=60, log=lines.append)
+    guard = token_guard(ms.Keyset.load(keyset_file), ttl=60, log=lines.append)
     upstream_app = server.streamable_http_app(json_response=json_response)
     with serving(upstream_app) as upstream_url:
         proxy = ProxyApp(guard, upstream=upstream_url + "/mcp")
@@ -99,5 +99,5 @@ def test_the_official_sdk_completes_an_elicitation_through_the_proxy(
             token, text = sdk_client_round_trip(proxy_url + "/mcp")
     assert token.startswith("ms1.")  # what the client saw: sealed by the proxy
     assert text == "deployed prod" and seen == ["confirm:prod"]
-    assert [line["event"] for line in lines].count("verified") >= 1
+    assert [line["event"] for line in lines].count("opened") >= 1
     assert "refused" not in [line["event"] for line in lines]

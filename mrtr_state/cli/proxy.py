@@ -121,7 +121,12 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     show_default=True,
     help="With --state-store: the largest state kept, in bytes (a larger one is withheld).",
 )
-@click.option("--replay-store", metavar="URL", help="sqlite:///PATH or redis://HOST:PORT/DB.")
+@click.option(
+    "--replay-store",
+    metavar="URL",
+    help="With --once: sqlite:///PATH, or Redis: redis://HOST:PORT/DB, unix:///PATH?db=N, "
+    "redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE.",
+)
 @click.option(
     "--max-body",
     type=click.IntRange(min=1024),
@@ -141,7 +146,7 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     "--json-log",
     is_flag=True,
     help="Write every line as JSON (ts, level, event): start-up, warnings, shutdown, and one "
-    "line per sealed, verified or refused state and per refused request.",
+    "line per sealed, opened or refused state and per refused request.",
 )
 @click.option(
     "--admin-listen",
@@ -153,6 +158,11 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     "--head-timeout",
     "How long a new connection may take to send its first request head before it is answered "
     "408 and closed [default 10s].",
+)
+@duration_option(
+    "--body-timeout",
+    "How long a request's body may take to arrive after its head before the request is "
+    "answered 408 and its connection closed [default 30s].",
 )
 @duration_option(
     "--drain",
@@ -185,6 +195,7 @@ def proxy_cmd(
     json_log: bool,
     admin_listen: str | None,
     head_timeout: int | None,
+    body_timeout: int | None,
     drain: int | None,
     parser: str,
 ) -> None:
@@ -230,6 +241,7 @@ def proxy_cmd(
             paths=paths,
             admin_listen=admin_listen,
             head_timeout=head_timeout,
+            body_timeout=body_timeout,
             drain=drain,
             parser=parser,
         )
@@ -254,6 +266,7 @@ def _run(
     paths: tuple[str, ...],
     admin_listen: str | None,
     head_timeout: int | None,
+    body_timeout: int | None,
     drain: int | None,
     parser: str,
 ) -> None:
@@ -284,18 +297,32 @@ def _run(
             f"the proxy needs its extra: pip install 'mrtr-state[proxy]' ({err.name} is missing)"
         ) from None
     from .. import open_store
-    from .._cli_api import StateGuard
+    from .._cli_api import HandleBackend, StateGuard, TokenBackend
 
     settings = app.settings(audience=audience, ttl=ttl)
     store = None
     keyset = None
+    backend: Any
     if state_store is not None:
         from .._cli_api import open_handle_store
 
-        store = open_handle_store(state_store, max_skew=settings.max_skew, asyncio=True)
+        store = open_handle_store(state_store, max_skew=settings.max_skew)
+        backend = HandleBackend(
+            store,
+            ttl=settings.policy.ttl,
+            policy=settings.policy,
+            max_state=max_state,
+            max_skew=settings.max_skew,
+        )
     else:
         keyset = app.keyset(settings)
         keyset.primary("A256GCM")  # fail now, not at the first input_required result
+        replay = None
+        if once and replay_store:
+            replay = open_store(replay_store, max_skew=settings.max_skew)
+        backend = TokenBackend(
+            keyset, format="aead", replay=replay, policy=settings.policy, ttl=settings.policy.ttl
+        )
     host, port = _listen(listen)
     admin_address = None if admin_listen is None else _listen(admin_listen, "--admin-listen")
     log = say.sink
@@ -304,20 +331,7 @@ def _run(
         from .._cli_api import ProxyMetrics
 
         metrics = ProxyMetrics(keyset)
-    guard = StateGuard(
-        keyset,
-        audience=settings.audience,
-        ttl=settings.policy.ttl,
-        policy=settings.policy,
-        once=open_store(replay_store, max_skew=settings.max_skew)
-        if once and replay_store
-        else None,
-        log=log,
-        metrics=metrics,
-        store=store,
-        max_state=max_state,
-        max_skew=settings.max_skew,
-    )
+    guard = StateGuard(backend, audience=settings.audience, log=log, metrics=metrics, keyset=keyset)
     proxy = ProxyApp(
         guard,
         upstream=upstream,
@@ -335,7 +349,7 @@ def _run(
         if admin_address is not None and metrics is not None:
             from .._cli_api import AdminApp
 
-            admin = AdminApp(keyset, proxy.upstream, metrics, store=store)
+            admin = AdminApp(keyset, proxy.upstream, metrics, backend=backend)
             where = ":".join(map(str, admin_address))
             admin_sock = server.bind(*admin_address)
             where = listen
@@ -390,5 +404,6 @@ def _run(
         admin=admin,
         admin_sock=admin_sock,
         head_timeout=server.HEAD_TIMEOUT if head_timeout is None else max(1, head_timeout),
+        body_timeout=server.BODY_TIMEOUT if body_timeout is None else max(1, body_timeout),
     )
     say("stop", "stopped", reason="signal")

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from .._encoding import EncodingError, encode_wire, json_loads
+from ..state.backend import store_waits
 from .framing import FramingRefusal
 from .jsonrpc import (
     INVALID_REQUEST,
@@ -41,7 +42,7 @@ from .jsonrpc import (
     check_routing_headers,
     parse_body,
 )
-from .rewrite import Exchange, StateGuard, bearer_principal
+from .rewrite import DROP, FOREIGN_ANSWER, Exchange, StateGuard, bearer_principal
 from .server import TARGET_EXTENSION
 from .sse import EventStream
 from .upstream import Upstream, UpstreamError, UpstreamResponse
@@ -60,6 +61,9 @@ KEYSET_CHECK_SECONDS = 1.0
 MAX_ANSWER = 16 << 20
 METHODS = ("POST", "GET", "DELETE")
 _ALLOW = (b"allow", b"POST, GET, DELETE")
+#: On an answer given before the request's body was read: the connection is closed after it,
+#: never kept alive by reading (draining) a body that may never end.
+_CLOSE = (b"connection", b"close")
 # RFC 3986 path and query characters, percent escapes well formed; no fragment, no "//" start.
 _ORIGIN_FORM = re.compile(
     rb"/(?!/)(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*"
@@ -79,6 +83,7 @@ _NOT_FORWARDED = frozenset(
         b"upgrade",
         b"host",
         b"content-length",
+        b"content-encoding",  # identity or refused (415): the body forwarded is the one read
         b"accept-encoding",
         b"expect",
         b"http2-settings",
@@ -95,6 +100,11 @@ _ONCE = frozenset(
     }
 )
 _JSON = b"application/json"
+_BOM = b"\xef\xbb\xbf"
+#: The bytes a principal's value may hold: visible ASCII, SP, HTAB and obs-text (UTF-8's bytes
+#: among them), never a control character. The framer refuses those in any header already;
+#: checked again where the principal is read, since it decides whose a state is.
+_PRINTABLE = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
 _EVENTS = b"text/event-stream"
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e]|\\[\t \x21-\x7e])*+"'
@@ -192,9 +202,7 @@ class ProxyApp:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
-        closing = getattr(self.guard.store, "aclose", None)
-        if closing is not None:
-            await closing()
+        await self.guard.backend.aclose()
 
     # --- one request -----------------------------------------------------------------------
 
@@ -202,7 +210,7 @@ class ProxyApp:
         started = time.perf_counter()
         state = _Progress(send)
         try:
-            plan = await self._inspect(scope, receive)
+            plan = await self._inspect(scope, receive, state)
             if plan.forward is None:  # every message was refused: answered here
                 if self.guard.metrics is not None:
                     self.guard.metrics.observe_work(plan.work)
@@ -222,7 +230,10 @@ class ProxyApp:
         except Refusal as refusal:
             self._refused(scope, refusal, started)
             if not state.started:
-                await _respond(send, refusal.status, refusal.body(), _extra_headers(refusal))
+                extra = _extra_headers(refusal)
+                if not state.body_read:  # answered before its body came: never drained
+                    extra.append(_CLOSE)
+                await _respond(send, refusal.status, refusal.body(), extra)
         except UpstreamError as err:
             self._refused(scope, Refusal(502, -32603, str(err), "upstream"), started)
             if not state.started:
@@ -257,8 +268,11 @@ class ProxyApp:
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
-    async def _inspect(self, scope: Scope, receive: Receive) -> _Plan:
-        """Everything checked before the upstream is contacted; the refusal otherwise."""
+    async def _inspect(self, scope: Scope, receive: Receive, progress: _Progress) -> _Plan:
+        """Everything checked before the upstream is contacted; the refusal otherwise.
+
+        ``progress.body_read`` says, when it refuses, whether the body was read whole (a
+        request refused before then has its connection closed, see :meth:`_http`)."""
         method = scope["method"]
         if method not in METHODS:  # exactly, case-sensitive: "post" is not POST
             raise Refusal(405, INVALID_REQUEST, f"method not allowed ({str(method)[:16]!r})")
@@ -270,19 +284,22 @@ class ProxyApp:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         principal = self._principal(headers)
         forwarded = _forwarded(headers)
+        if method == "POST":
+            _check_body_meaning(headers)
         body = await self._read_body(receive)
+        progress.body_read = True
         if method == "POST":
             started = time.perf_counter()
+            if body[:3] == _BOM:  # express.json drops it, Starlette reads it: refused by both
+                raise Refusal(415, INVALID_REQUEST, "the body begins with a byte order mark", "bom")
             parsed = parse_body(body)
             check_routing_headers(headers, parsed)
-            openings = None
-            if self.guard.store is not None:  # handles: their records taken before anything else
-                waited = time.perf_counter()
-                openings = await self.guard.take(parsed, principal, audience)
-                started += time.perf_counter() - waited  # the store's time is not the proxy's work
-            exchange = Exchange(self.guard, parsed, principal, audience, openings)
+            waits = store_waits()  # a store's round trips are not the proxy's own work
+            exchange = await Exchange.build(self.guard, parsed, principal, audience)
             plan = _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
-            plan.work = time.perf_counter() - started
+            plan.work = time.perf_counter() - started - waits.total()
+            if self.guard.metrics is not None and waits.count:
+                self.guard.metrics.observe_store(waits.total())
             return plan
         if body:
             raise Refusal(
@@ -342,7 +359,16 @@ class ProxyApp:
                 f"the {what} header appears {len(values)} times",
                 "principal_repeated",
             )
-        text = values[0].decode("latin-1").strip() if values else ""
+        value = values[0].strip(b" \t") if values else b""  # RFC 9110 OWS, nothing else
+        if value.translate(None, _PRINTABLE):
+            what = name.decode("latin-1") if name else "authorization"
+            raise Refusal(
+                400,
+                INVALID_REQUEST,
+                f"the {what} header holds a control character",
+                "principal_control",
+            )
+        text = value.decode("latin-1")
         principal = bearer_principal(text) if name is None else text or None
         if principal is None and not self.allow_anonymous:
             raise Refusal(401, INVALID_REQUEST, "no authenticated principal on the request")
@@ -382,10 +408,14 @@ class ProxyApp:
                 "and event streams it has read"
             )
         started = time.perf_counter()
-        answer = _rewrite_answer(exchange, content)
-        plan.work += time.perf_counter() - started
-        if exchange.pending and not await exchange.commit():
-            answer = _rewrite_answer(exchange, content)  # the store failed: states withheld
+        waits = store_waits()
+        answer = await _rewrite_answer(exchange, content)
+        plan.work += time.perf_counter() - started - waits.total()
+        if self.guard.metrics is not None and waits.count:
+            self.guard.metrics.observe_store(waits.total())
+        if answer is DROP:  # another exchange's answer, or an answer twice: never relayed
+            response.discard()
+            raise UpstreamError(FOREIGN_ANSWER)
         headers.append((b"content-length", str(len(answer)).encode("ascii")))
         status = response.status
         if exchange.refusals and not content:  # only notifications went up: 202, no body
@@ -408,28 +438,31 @@ class ProxyApp:
         if exchange.refusals:  # answered first, as their own events
             first = _as_events(exchange.refusals)
             await send({"type": "http.response.body", "body": first, "more_body": True})
+        waits = store_waits()
         while (chunk := await response.next_chunk()) is not None:
             started = clock()
-            out = events.feed(chunk)
+            out = await events.afeed(chunk)
             plan.work += clock() - started
-            if exchange.pending and not await exchange.commit():
-                out = b""  # it carried handles the store did not file: its requests get errors
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
-        last = events.close()
-        if exchange.pending and not await exchange.commit():
-            last = b""
+        last = await events.aclose()
+        plan.work -= waits.total()
+        if self.guard.metrics is not None and waits.count:
+            self.guard.metrics.observe_store(waits.total())
+        if exchange.foreign:  # the connection carried what this exchange never asked for
+            response.discard()
         await state.finish(last + _as_events(exchange.missing_answers()))
 
 
 class _Progress:
-    """Whether the response has started (after that, a failure can only cut it short) and
-    whether it is complete."""
+    """Whether the request's body has been read whole, whether the response has started (after
+    that, a failure can only cut it short) and whether it is complete."""
 
-    __slots__ = ("complete", "send", "started")
+    __slots__ = ("body_read", "complete", "send", "started")
 
     def __init__(self, send: Send) -> None:
         self.send = send
+        self.body_read = False
         self.started = False
         self.complete = False
 
@@ -596,9 +629,56 @@ def _media_type(response: UpstreamResponse) -> bytes | None:
     return match.group(1).lower()
 
 
-def _rewrite_answer(exchange: Exchange, content: bytes) -> bytes:
+def _check_body_meaning(headers: list[tuple[bytes, bytes]]) -> None:
+    """Refuse (415) a POST whose body could be read another way than the proxy reads it.
+
+    The proxy reads a body as UTF-8 JSON. A reader behind it may honour what the headers say
+    instead: express.json() decodes the charset a Content-Type names (UTF-7 turns
+    ``+AHI-equestState`` into ``requestState``) and inflates a Content-Encoding, Starlette's
+    ``Request.json()`` sniffs UTF-16 and UTF-32. So a body is forwarded only when its meaning is
+    fixed: one Content-Type, ``application/json`` with no parameter but at most one ``charset``
+    that is ``utf-8`` (any case, quoted or not), and no Content-Encoding but ``identity``. (A
+    Content-Type given twice is refused earlier, with the other single-valued headers.)
+    """
+    types = [value for name, value in headers if name == b"content-type"]
+    if not types:
+        raise Refusal(
+            415, INVALID_REQUEST, "a POST body needs Content-Type: application/json", "media_type"
+        )
+    match = _CONTENT_TYPE.fullmatch(types[0])
+    if match is None or match.group(1).lower() != _JSON:
+        raise Refusal(
+            415, INVALID_REQUEST, "the body must be Content-Type: application/json", "media_type"
+        )
+    charsets = 0
+    for parameter in _PARAMETER.finditer(match.group(2)):
+        name, value = parameter.group(1).lower(), parameter.group(2)
+        if value[:1] == b'"':
+            value = value[1:-1]  # a quoted-pair inside is not unquoted: it is refused below
+        if name != b"charset" or value.lower() != b"utf-8":
+            raise Refusal(
+                415,
+                INVALID_REQUEST,
+                "the body must be application/json with no parameter but charset=utf-8",
+                "media_type",
+            )
+        charsets += 1
+    if charsets > 1:
+        raise Refusal(415, INVALID_REQUEST, "the Content-Type names charset twice", "media_type")
+    for name, value in headers:
+        if name == b"content-encoding" and value.strip(b" \t").lower() != b"identity":
+            raise Refusal(
+                415,
+                INVALID_REQUEST,
+                "the body must not be content-encoded (the proxy forwards only what it read)",
+                "content_encoding",
+            )
+
+
+async def _rewrite_answer(exchange: Exchange, content: bytes) -> Any:
     """The upstream's JSON answer (or empty body) with states sealed and the proxy's refusals
-    merged in; an answer that is not strict JSON is an :class:`UpstreamError`."""
+    merged in; :data:`DROP` for an answer to requests not this exchange's; an answer that is
+    not strict JSON is an :class:`UpstreamError`."""
     text = content.strip(b" \t\r\n")
     message: Any = None
     if text:
@@ -606,7 +686,9 @@ def _rewrite_answer(exchange: Exchange, content: bytes) -> bytes:
             message = json_loads(text, max_depth=MAX_BODY_DEPTH)
         except EncodingError as err:
             raise UpstreamError(f"the upstream's answer is not strict JSON ({err})") from None
-    rewritten = exchange.rewrite(message) if text else None
+    rewritten = await exchange.rewrite(message) if text else None
+    if rewritten is DROP:
+        return DROP
     if exchange.refusals:
         items = rewritten if type(rewritten) is list else [] if rewritten is None else [rewritten]
         return encode_wire([*exchange.refusals, *items])

@@ -111,7 +111,8 @@ def _bad(reason: str, kind: str = "bad_framing") -> FramingRefusal:
 class RequestFramer:
     """One connection's request stream: :meth:`feed` it what the socket delivers.
 
-    ``max_body`` is the largest body accepted (the proxy's ``--max-body``). Counters say how far
+    ``max_body`` is the largest body accepted (the proxy's ``--max-body``), ``methods`` those
+    served (405 for any other). Counters say how far
     the stream has gone, for a protocol that must answer a refusal only after the requests
     before it: :attr:`begun` heads handed on, :attr:`complete` requests handed on whole.
     """
@@ -127,11 +128,14 @@ class RequestFramer:
         "begun",
         "complete",
         "max_body",
+        "methods",
         "refusal",
     )
 
-    def __init__(self, max_body: int) -> None:
+    def __init__(self, max_body: int, methods: tuple[bytes, ...] = METHODS) -> None:
         self.max_body = max_body
+        #: the methods served (the admin listener's are GET and HEAD)
+        self.methods = methods
         self.begun = 0
         self.complete = 0
         #: why the stream was refused, once it was: nothing more is read
@@ -256,7 +260,7 @@ class RequestFramer:
         if request_line is None:
             raise _bad("the request line is not METHOD SP target SP HTTP/1.0 or HTTP/1.1")
         method, minor = request_line.group(1), request_line.group(3)
-        if method not in METHODS:  # CONNECT among them: its bytes are a tunnel
+        if method not in self.methods:  # CONNECT among them: its bytes are a tunnel
             shown = method[:16].decode("ascii")
             raise FramingRefusal(405, "method_not_allowed", f"method not allowed ({shown!r})")
         if pairs > MAX_FIELDS:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from .._encoding import EncodingError, json_loads
@@ -64,6 +65,8 @@ _KIND_OF_STATUS = {
 }
 _KIND_OF_CODE = {-32700: "parse_error", -32020: "header_mismatch"}
 _JSON_SPACE = b" \t\r\n"
+#: C0 control characters (U+0000-U+001F): none may appear in a member name (see parse_body)
+_C0 = re.compile(r"[\x00-\x1f]")
 
 
 class Refusal(Exception):
@@ -144,6 +147,8 @@ def parse_body(body: bytes) -> Body:
         parsed = json_loads(text, max_depth=MAX_BODY_DEPTH)
     except EncodingError as err:
         raise Refusal(400, PARSE_ERROR, f"parse error: {err}") from None
+    if b"\\" in text:  # only an escape can write a control character into a name
+        _refuse_control_in_names(parsed)
     batch = isinstance(parsed, list)
     messages = parsed if batch else [parsed]
     if not messages:
@@ -162,6 +167,31 @@ def parse_body(body: bytes) -> Body:
                 )
             seen.add(key)
     return Body(messages, batch)
+
+
+def _refuse_control_in_names(document: Any) -> None:
+    """Refuse a body holding a member name with NUL or another C0 control character, anywhere.
+
+    Readers differ on such a name: a C parser (cJSON and its kind) ends a name at its NUL, so
+    ``"requestState\\u0000"`` is ``requestState`` to it and a stranger to the proxy. No MCP
+    message needs one; a body that has one is refused whole (400), never forwarded.
+    """
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            for name, member in item.items():
+                if _C0.search(name) is not None:
+                    raise Refusal(
+                        400,
+                        INVALID_REQUEST,
+                        "invalid request: a member name holds a control character",
+                        "control_in_name",
+                    )
+                if type(member) is dict or type(member) is list:
+                    stack.append(member)
+        elif type(item) is list:
+            stack.extend(member for member in item if type(member) in (dict, list))
 
 
 def _check_message(message: Any) -> None:

@@ -9,7 +9,9 @@ a key id of the keyset), never a principal, a token or a request's text.
     mrtr_state_proxy_work_seconds          the proxy's own work per request (parse, rewrite,
                                            seal, open)
     mrtr_state_proxy_upstream_seconds      from sending a request upstream to its response head
-    mrtr_state_proxy_state_store_failures_total   store operations that failed (--state-store)
+    mrtr_state_proxy_store_seconds         a request's waits on its state or replay store
+    mrtr_state_proxy_state_store_failures_total   store operations that failed (--state-store,
+                                                  or --once's replay store)
     mrtr_state_keyset_reload_failures_total    failed re-reads of the keyset file
     mrtr_state_keyset_reload_error             1 while the file cannot be used (the last good
                                                keyset stays in force), else 0
@@ -96,6 +98,12 @@ class ProxyMetrics:
             buckets=_UPSTREAM_BUCKETS,
             registry=self.registry,
         )
+        self._store = Histogram(
+            "mrtr_state_proxy_store_seconds",
+            "A request's waits on its state or replay store (left out of the proxy's own work)",
+            buckets=_UPSTREAM_BUCKETS,
+            registry=self.registry,
+        )
         self._store_failures = Counter(
             "mrtr_state_proxy_state_store_failures",
             "Operations on the state store that failed (each failed its round closed)",
@@ -105,6 +113,7 @@ class ProxyMetrics:
             self.registry.register(_KeysetCollector(keyset))
         self.observe_work = self._work.observe
         self.observe_upstream = self._upstream.observe
+        self.observe_store = self._store.observe
 
     def state(self, event: str, format: str, reason: str) -> None:
         """One state sealed (``sealed``), opened (``opened``) or ``refused``."""

@@ -29,10 +29,12 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .framing import MAX_HEAD, FramingRefusal, RequestFramer
+from .framing import MAX_HEAD, METHODS, FramingRefusal, RequestFramer
 
 __all__ = ["TARGET_EXTENSION", "bind", "hold_sigterm", "probe_once", "protocol_class", "serve"]
 
+#: The methods the admin listener serves: HEAD as GET, without a body (a load balancer's probe).
+ADMIN_METHODS = (b"GET", b"HEAD")
 #: The ASGI scope extension holding the request target as received (bytes).
 TARGET_EXTENSION = "mrtr_state.request_target"
 PARSERS = ("httptools", "h11")
@@ -40,6 +42,8 @@ PARSERS = ("httptools", "h11")
 OnRefused = Callable[[FramingRefusal], None]
 #: How long a new connection may take to send its first request head, in seconds.
 HEAD_TIMEOUT = 10.0
+#: How long a request's body may take to arrive once its head has, in seconds.
+BODY_TIMEOUT = 30.0
 
 
 class _Framed:
@@ -51,24 +55,30 @@ class _Framed:
     """
 
     max_body: int = 0
+    methods: tuple[bytes, ...] = METHODS
     head_timeout: float = HEAD_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
     on_refused: OnRefused | None = None
     # provided by the uvicorn protocol this is mixed into
     transport: Any
     cycle: Any
 
     def connection_made(self, transport: Any) -> None:
-        self._framer = RequestFramer(self.max_body)
+        self._framer = RequestFramer(self.max_body, self.methods)
         self._answered = 0
         # a new connection has HEAD_TIMEOUT seconds to send its first head (uvicorn times only
         # the idle time after an answer, which the keep-alive timer covers)
         self._head_timer: Any = asyncio.get_running_loop().call_later(
             self.head_timeout, self._head_timed_out
         )
+        #: set while a request's head has been handed on and its body has not all come
+        self._body_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_timer.cancel()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
         super().connection_lost(exc)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
@@ -85,6 +95,27 @@ class _Framed:
             if self.on_refused is not None:
                 self.on_refused(framer.refusal)
             self._answer_refusal()
+        elif framer.partial:  # a body still to come: it has body_timeout seconds in all
+            if self._body_timer is None:
+                self._body_timer = asyncio.get_running_loop().call_later(
+                    self.body_timeout, self._body_timed_out
+                )
+        elif self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        """A body did not arrive whole in time: answer 408 and close (a client dripping a byte
+        at a time would otherwise hold the connection, and a descriptor, for ever)."""
+        self._body_timer = None
+        framer = self._framer
+        if not framer.partial or framer.closed or self.transport.is_closing():
+            return
+        refusal = FramingRefusal(408, "body_timeout", "the request body did not come in time")
+        framer.refuse(refusal)
+        if self.on_refused is not None:
+            self.on_refused(refusal)
+        self._answer_refusal()
 
     def _head_timed_out(self) -> None:
         """No request began in time on a new connection: answer 408 and close it."""
@@ -119,17 +150,17 @@ class _Framed:
         ):
             return  # its answer is being written: wait for its end, then close
         if not answered_it:
-            transport.write(_refusal_response(refusal))
+            transport.write(_refusal_response(refusal, self.methods))
         transport.close()
 
 
-def _refusal_response(refusal: FramingRefusal) -> bytes:
+def _refusal_response(refusal: FramingRefusal, allow: tuple[bytes, ...] = METHODS) -> bytes:
     body = json.dumps(
         {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": refusal.reason}},
         separators=(",", ":"),
     ).encode()
     status = HTTPStatus(refusal.status)
-    extra = b"allow: POST, GET, DELETE\r\n" if refusal.status == 405 else b""
+    extra = b"allow: " + b", ".join(allow) + b"\r\n" if refusal.status == 405 else b""
     return (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         b"connection: close\r\n%s\r\n%s"
@@ -163,11 +194,14 @@ def protocol_class(
     max_body: int = 4 << 20,
     on_refused: OnRefused | None = None,
     head_timeout: float = HEAD_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
+    methods: tuple[bytes, ...] = METHODS,
 ) -> type[Any]:
     """The uvicorn HTTP protocol class for ``parser``, behind the strict framer: bodies over
     ``max_body`` are refused (413) before they are read, a new connection that sends no
-    request head within ``head_timeout`` seconds is answered 408 and closed; ``on_refused``
-    hears of each refusal."""
+    request head within ``head_timeout`` seconds, or a request whose body has not all come
+    ``body_timeout`` seconds after its head, is answered 408 and closed; ``on_refused`` hears
+    of each refusal."""
     if parser not in PARSERS:
         raise ValueError(f"unknown HTTP parser {parser!r}; known: {', '.join(PARSERS)}")
     base = _FramedH11Protocol if parser == "h11" else _httptools_protocol()
@@ -175,6 +209,8 @@ def protocol_class(
         "max_body": max_body,
         "on_refused": staticmethod(on_refused) if on_refused else None,
         "head_timeout": head_timeout,
+        "body_timeout": body_timeout,
+        "methods": methods,
     }
     return type(base.__name__, (base,), settings)
 
@@ -241,6 +277,7 @@ def serve(
     admin: Any = None,
     admin_sock: socket.socket | None = None,
     head_timeout: float = HEAD_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> None:
     """Serve ``app`` (a :class:`~mrtr_state.proxy.app.ProxyApp`) on ``sock`` (and ``admin``
     on ``admin_sock``) until SIGINT or SIGTERM, then stop accepting and give requests in flight
@@ -268,7 +305,11 @@ def serve(
     # h11 refuses a head past its own limit; let it be the framer's, so both parsers agree
     common["h11_max_incomplete_event_size"] = MAX_HEAD + 1
     protocol = protocol_class(
-        parser, max_body=app.max_body, on_refused=app.framing_refused, head_timeout=head_timeout
+        parser,
+        max_body=app.max_body,
+        on_refused=app.framing_refused,
+        head_timeout=head_timeout,
+        body_timeout=body_timeout,
     )
     config = uvicorn.Config(
         app, http=protocol, lifespan="on", timeout_graceful_shutdown=drain, **common
@@ -282,7 +323,10 @@ def serve(
             admin.draining = lambda: main.should_exit
             # the admin listener serves GETs: no body at all
             admin_config = uvicorn.Config(
-                admin, http=protocol_class(parser, max_body=0), lifespan="off", **common
+                admin,
+                http=protocol_class(parser, max_body=0, methods=ADMIN_METHODS),
+                lifespan="off",
+                **common,
             )
             admin_server = _QuietServer(admin_config)
             side = asyncio.ensure_future(admin_server.serve(sockets=[admin_sock]))

@@ -7,36 +7,78 @@ proportion to its length, however it is cut into chunks.
 
 Every event with ``data`` must hold strict JSON (a JSON-RPC message or batch): it is handed to
 the rewrite callback, and goes out byte for byte when the callback returns it unchanged, rebuilt
-(its other fields in order, one ``data`` line) when it does not. An event the proxy cannot
-inspect (a field name the standard does not define, a NUL, bytes that are not UTF-8, data that
-is not strict JSON, or an event over ``max_event`` bytes) is dropped whole and reported to
-``dropped``: a client never sees what the proxy did not read.
+(its other fields in order, one ``data`` line) when it does not, and not at all when it returns
+:data:`DROP`. An event the proxy cannot inspect (a field name the standard does not define, a
+NUL, bytes that are not UTF-8, data that is not strict JSON, or an event over ``max_event``
+bytes) is dropped whole and reported to ``dropped``: a client never sees what the proxy did not
+read.
+
+The framing is written once; the callback is called (:meth:`EventStream.feed`) or awaited
+(:meth:`EventStream.afeed`, the proxy's relay, whose sealing may wait on a store).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._encoding import EncodingError, encode_wire, json_loads
 from .jsonrpc import MAX_BODY_DEPTH
 
-__all__ = ["MAX_EVENT", "EventStream"]
+__all__ = ["DROP", "MAX_EVENT", "EventStream"]
 
 #: The largest event the proxy reads (its bytes, fields and line ends included).
 MAX_EVENT = 4 << 20
 
 _LINE_END = re.compile(rb"\r\n?|\n")
 _BOM = b"\xef\xbb\xbf"
+#: What a rewrite callback returns for an event that must not reach the client.
+DROP: Any = object()
+
+
+class _Event:
+    """An event holding a message, waiting for the callback's verdict on it: sent as received
+    when the message comes back unchanged (and holds no line separator some client splits at),
+    rebuilt around the rewritten message otherwise, or not at all (:data:`DROP`)."""
+
+    __slots__ = ("_lines", "as_received", "clean", "message", "raw")
+
+    def __init__(self, message: Any, raw: bytes, lines: list[bytes], data: list[bytes]) -> None:
+        self.message = message
+        self.raw = raw
+        self._lines = lines
+        self.clean = _BREAKS.search(b"".join(data)) is None
+        #: how it went out: as received (True) or rebuilt or dropped (False); None: not yet
+        self.as_received: bool | None = None
+
+    def render(self, rewritten: Any) -> bytes:
+        if rewritten is DROP:
+            self.as_received = False
+            return b""
+        if rewritten is self.message and self.clean:
+            self.as_received = True
+            return self.raw
+        # rewritten, or holding in a string a character some clients split lines at (U+2028):
+        # written back as ASCII JSON, which holds none
+        self.as_received = False
+        kept = [line for line in self._lines if _field(line) != b"data"]
+        encoded = encode_wire(rewritten)
+        return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"  # ends with a blank line
+
+
+Piece = bytes | _Event
 
 
 class EventStream:
-    """One ``text/event-stream`` body: feed it chunks, send on what each call returns."""
+    """One ``text/event-stream`` body: feed it chunks, send on what each call returns.
+
+    ``rewrite`` is called with each event's message (:meth:`feed`, :meth:`close`) or awaited
+    (:meth:`afeed`, :meth:`aclose`): one stream uses one pair."""
 
     def __init__(
         self,
-        rewrite: Callable[[Any], Any],
+        rewrite: Callable[[Any], Any] | Callable[[Any], Awaitable[Any]],
         dropped: Callable[[str], None],
         *,
         max_event: int = MAX_EVENT,
@@ -50,18 +92,53 @@ class EventStream:
         self._after_cr = False  # the last byte seen was a CR: an LF next completes its CRLF
         self._oversized = False  # the current event passed max_event: skipped to its end
         self._started = False  # a leading byte order mark has been dealt with
-        self._passed_raw = True  # the last event went out as received (else rewritten, dropped)
+        #: whether the last event went out as received (else rewritten, dropped), or the event
+        #: whose rendering will say
+        self._passed_raw: bool | _Event = True
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to send on for ``chunk``: every event it completes, rewritten."""
-        out: list[bytes] = []
+        return self._render(self._pieces(chunk))
+
+    async def afeed(self, chunk: bytes) -> bytes:
+        """:meth:`feed`, awaiting the rewrite callback."""
+        return await self._arender(self._pieces(chunk))
+
+    def close(self) -> bytes:
+        """The end of the stream ends the event in progress, which is rewritten like any other."""
+        return self._render(self._end())
+
+    async def aclose(self) -> bytes:
+        """:meth:`close`, awaiting the rewrite callback."""
+        return await self._arender(self._end())
+
+    def _render(self, pieces: list[Piece]) -> bytes:
+        rewrite = self._rewrite
+        return b"".join(
+            piece if type(piece) is bytes else piece.render(rewrite(piece.message))  # type: ignore[union-attr]
+            for piece in pieces
+        )
+
+    async def _arender(self, pieces: list[Piece]) -> bytes:
+        out = []
+        for piece in pieces:
+            if type(piece) is bytes:
+                out.append(piece)
+            else:
+                assert isinstance(piece, _Event)
+                out.append(piece.render(await self._rewrite(piece.message)))
+        return b"".join(out)
+
+    def _pieces(self, chunk: bytes) -> list[Piece]:
+        """What ``chunk`` completes: bytes to send as they are, and events to render."""
+        out: list[Piece] = []
         position = 0
         if not self._started:
             if len(self._partial) + len(chunk) < len(_BOM) and _BOM.startswith(
                 bytes(self._partial) + chunk
             ):
                 self._partial += chunk  # too short to tell yet
-                return b""
+                return []
             chunk, self._started = bytes(self._partial) + chunk, True
             self._partial.clear()
             if chunk.startswith(_BOM):  # the standard drops one; so does every client
@@ -83,11 +160,10 @@ class EventStream:
                 self._after_cr = True  # may be half of a CRLF split across chunks
             self._line(chunk[position : found.start()], chunk[found.start() : stop], out)
             position = stop
-        return b"".join(out)
+        return out
 
-    def close(self) -> bytes:
-        """The end of the stream ends the event in progress, which is rewritten like any other."""
-        out: list[bytes] = []
+    def _end(self) -> list[Piece]:
+        out: list[Piece] = []
         if not self._started and self._partial:
             self._started = True
         if self._partial:
@@ -103,18 +179,22 @@ class EventStream:
             out.append(bytes(self._raw))
         self._raw.clear()
         self._lines.clear()
-        return b"".join(out)
+        return out
 
     # --- one line at a time -----------------------------------------------------------------
 
-    def _keep(self, data: bytes, out: list[bytes]) -> None:
+    def _keep(self, data: bytes, out: list[Piece]) -> None:
         """Bytes that belong to no new line: the LF of a CRLF split across chunks."""
         if self._oversized:
             return
         if self._raw or self._lines:
             self._raw += data
-        elif self._passed_raw:
+        elif self._went_as_received():
             out.append(data)  # the end of an event passed on as it came: passed on too
+
+    def _went_as_received(self) -> bool:
+        last = self._passed_raw  # an event is rendered before the next chunk is fed
+        return last if isinstance(last, bool) else bool(last.as_received)
 
     def _keep_partial(self, piece: bytes) -> None:
         if self._oversized:
@@ -129,7 +209,7 @@ class EventStream:
         self._lines.clear()
         self._partial.clear()
 
-    def _line(self, piece: bytes, ending: bytes, out: list[bytes]) -> None:
+    def _line(self, piece: bytes, ending: bytes, out: list[Piece]) -> None:
         if self._partial:
             piece = bytes(self._partial) + piece
             self._partial.clear()
@@ -155,8 +235,9 @@ class EventStream:
         if len(self._raw) > self._max_event:
             self._start_skipping()
 
-    def _dispatch(self) -> bytes:
-        """The bytes to send for the event just completed (possibly none)."""
+    def _dispatch(self) -> Piece:
+        """What to send for the event just completed: bytes (possibly none), or the event to
+        render once its message has been rewritten."""
         raw, lines = bytes(self._raw), self._lines
         self._raw.clear()
         self._lines = []
@@ -175,15 +256,9 @@ class EventStream:
             self._passed_raw = False
             self._dropped(f"an event whose data is not strict JSON ({err})")
             return b""
-        rewritten = self._rewrite(message)
-        if rewritten is message and _BREAKS.search(b"".join(data)) is None:
-            return raw
-        # rewritten, or holding in a string a character some clients split lines at (U+2028):
-        # written back as ASCII JSON, which holds none
-        self._passed_raw = False
-        kept = [line for line in lines if _field(line) != b"data"]
-        encoded = encode_wire(rewritten)
-        return b"\n".join([*kept, b"data: " + encoded]) + b"\n\n"  # ends with a blank line
+        event = _Event(message, raw, lines, data)
+        self._passed_raw = event
+        return event
 
 
 #: The field names the standard reads (b"" is a comment); a client ignores any other, or

@@ -12,13 +12,18 @@ on top of it, a response is refused (:class:`UpstreamError`, a 502 to the client
 framed ambiguously: both ``Transfer-Encoding`` and ``Content-Length``, differing or malformed
 ``Content-Length`` values, a transfer coding other than ``chunked``, a ``101`` nobody asked for.
 A connection goes back to the pool only after a complete, keep-alive response with nothing
-after it; a response abandoned half-way (the client went away) closes its connection at once.
+after it, and is taken from it again only if no byte waits unread on its socket; a response
+abandoned half-way (the client went away), or one the app found answering another exchange's
+requests (:meth:`UpstreamResponse.discard`), closes its connection at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ssl
+import sys
+import termios
 import time
 from collections import deque
 from typing import cast
@@ -206,6 +211,21 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _unread(transport: asyncio.Transport) -> bool:
+    """Whether bytes wait on the connection's socket that the loop has not read yet (a late
+    answer the upstream sent after the one asked for): such a connection is never reused, lest
+    those bytes be read as the next request's answer. One ``ioctl`` (FIONREAD); a socket that
+    cannot be asked counts as holding bytes."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return True
+    try:
+        waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return True
+    return int.from_bytes(waiting, sys.byteorder) != 0
+
+
 #: The response headers the proxy reads, besides passing them on.
 _READ = frozenset(
     {b"content-length", b"transfer-encoding", b"connection", b"content-type", b"content-encoding"}
@@ -273,6 +293,11 @@ class UpstreamResponse:
             return
         self._released = True
         self._upstream._release(self._connection)
+
+    def discard(self) -> None:
+        """Never reuse this connection (it carried an answer to no request of ours): it is
+        closed when released."""
+        self._connection.trailing = True
 
 
 class Upstream:
@@ -342,6 +367,7 @@ class Upstream:
                 and transport is not None
                 and not transport.is_closing()
                 and now - connection.idle_since < _IDLE_SECONDS
+                and not _unread(transport)
             ):
                 connection._reset()
                 self._busy.add(connection)

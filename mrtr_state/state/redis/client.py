@@ -1,15 +1,15 @@
-"""The proxy's asyncio client for its state store: Redis's protocol, parsed by hiredis.
+"""The package's asyncio client for Redis: its protocol, parsed by hiredis.
 
-Why not redis-py's asyncio client, which the CLI and library servers use: on the proxy's path
-it costs about 190 µs of CPU per command (measured on uvloop: connection pool, retry wrapper,
-command packing and reply callbacks in Python), four times what a round trip to Redis needs
-(43 µs with the same C parser), and a round trip through the proxy makes two. So, as the proxy
-reaches its upstream over llhttp with a client of its own, it reaches Redis over hiredis (the C
-parser redis-py itself uses) with this: one pipelined connection per node, replies matched to
-requests in order, a timeout per command, and nothing else. Three topologies, from the URLs of
-:mod:`mrtr_state._redis`:
+Why not redis-py's asyncio client: per command it costs three to four times the CPU of this one
+(``make bench`` measures both on one server: its connection pool, retry wrapper, command packing
+and reply callbacks are Python on every call), and the proxy makes two commands a round trip.
+So, as the proxy reaches its upstream over llhttp with a client of its own, every store reaches
+Redis over hiredis (the C parser redis-py itself uses) with this: one pipelined connection per
+node, replies matched to requests in order, a timeout per command, and nothing else. Blocking
+callers (the CLI, the SDK codec) use the same client through :mod:`mrtr_state.state.blocking`.
+Three topologies, from the URLs of :mod:`mrtr_state.state.redis.url`:
 
-* one server: the URL's host, password, database and TLS; or its Unix socket (``unix://``, a
+* one server: the URL's host, credentials, database and TLS; or its Unix socket (``unix://``, a
   Redis beside the proxy: a command then costs the proxy no TCP on either side of the socket);
 * Sentinel: the primary is asked of the Sentinels (``SENTINEL get-master-addr-by-name``) when
   first needed and again after any failure, so a failover is followed on the next command;
@@ -17,8 +17,11 @@ requests in order, a timeout per command, and nothing else. Three topologies, fr
   node serving its slot (CRC16, RFC 1952's CCITT variant as Redis defines it), and read again
   on ``MOVED`` (the command is then retried once) or after a failure.
 
-Every failure (refused, reset, timed out, an error reply) is a :class:`StoreFailure`; the store
-above turns it into a failed round. Nothing here retries a write that may have been applied.
+Each new connection to a data node is handed, once authenticated, to the ``on_open`` hook a
+store gives (:mod:`mrtr_state.state.redis.watch` judges the server there) before any command of
+the store is sent on it. Every failure (refused, reset, timed out, an error reply, the hook's
+refusal) is a :class:`StoreFailure`; the store above turns it into a failed round. Nothing here
+retries a write that may have been applied.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Router", "StoreFailure", "router_for", "slot_of"]
+from .url import RedisTarget, parse_url
+
+__all__ = ["Node", "OnOpen", "Router", "StoreFailure", "connect", "router_for", "slot_of"]
 
 
 class StoreFailure(Exception):
@@ -149,8 +153,17 @@ class _Link(asyncio.Protocol):
             self.transport.abort()
 
 
+#: Told of each new data-node connection, authenticated and before any command of the store
+#: is sent on it: it may send commands of its own (``node.send_on(link, ...)``) and refuse the
+#: connection by raising :class:`StoreFailure`.
+OnOpen = Callable[["Node", "_Link"], Awaitable[None]]
+
+
 class Node:
-    """One Redis server: a lazily opened link, re-opened after it fails."""
+    """One Redis server: a lazily opened link, re-opened after it fails.
+
+    ``opened`` counts the links made so far: a store that must judge every server it writes to
+    sees a new one (a reconnection, a failover's new primary) by it."""
 
     def __init__(
         self,
@@ -162,12 +175,22 @@ class Node:
         tls: bool,
         timeout: float,
         path: str | None = None,
+        username: str | None = None,
+        on_open: OnOpen | None = None,
     ) -> None:
         self.host, self.port, self._path = host, port, path
-        self._password, self._db, self._timeout = password, db, timeout
+        self._username, self._password, self._db = username, password, db
+        self._timeout = timeout
         self._tls = ssl.create_default_context() if tls else None
+        self._on_open = on_open
         self._link: _Link | None = None
         self._opening: asyncio.Future[_Link] | None = None
+        self.opened = 0
+
+    @property
+    def where(self) -> str:
+        """The node's address, for messages."""
+        return self._path or f"{self.host}:{self.port}"
 
     async def _connected(self) -> _Link:
         if self._opening is None:
@@ -198,14 +221,26 @@ class Node:
             raise StoreFailure(f"{where} unreachable ({type(err).__name__})") from None
         try:
             if self._password is not None:
-                await link.send(("AUTH", self._password))
+                credentials: tuple[str, ...] = (self._password,)
+                if self._username is not None:
+                    credentials = (self._username, self._password)
+                await link.send(("AUTH", *credentials))
             if self._db:
                 await link.send(("SELECT", self._db))
+            if self._on_open is not None:
+                await self._on_open(self, link)
         except BaseException:  # refused (a wrong password, no such database) or cancelled
             link.close()  # else each attempt would leave a connection open on both sides
             raise
+        self.opened += 1
         self._link = link
         return link
+
+    @staticmethod
+    def send_on(link: _Link, *args: Any) -> Awaitable[Any]:
+        """One command on ``link`` itself (for an :data:`OnOpen` hook, before the link is in
+        use)."""
+        return link.send(args)
 
     def call(self, *args: Any) -> Awaitable[Any]:
         """The reply to one command, to be awaited; :class:`StoreFailure` for anything else. A
@@ -351,53 +386,51 @@ class _Cluster(Router):
             node.close()
 
 
-def _number(text: str) -> bool:
-    """ASCII digits only (``str.isdigit`` also takes '²' and Arabic-Indic digits)."""
-    return text.isascii() and text.isdigit()
+def connect(target: RedisTarget, *, timeout: float, on_open: OnOpen | None = None) -> Router:
+    """The router for ``target`` (see :func:`mrtr_state.state.redis.url.parse_url`); ``on_open``
+    hears of every new connection to a data node. (Needs the ``hiredis`` package, which the
+    ``redis`` extra brings: imported here, so that a missing one fails at start-up.)"""
+    import hiredis  # noqa: F401
 
-
-def router_for(url: str, *, timeout: float) -> Router:
-    """The router a URL of :mod:`mrtr_state._redis` names; ``ValueError`` if it cannot be used.
-    (Needs the ``hiredis`` package, which the ``redis`` extra brings.)"""
-    import hiredis  # noqa: F401 - fail here, at start-up, rather than on the first command
-
-    from ._redis import nodes_of, shown
-
-    scheme = url.partition("://")[0]
-    parts = urlsplit(url)
-    password = unquote(parts.password) if parts.password else None
-    tls = scheme.startswith("rediss")
-
-    def make(host: str, port: int, db: int = 0) -> Node:
-        return Node(host, port, password=password, db=db, tls=tls, timeout=timeout)
-
-    if scheme == "unix":
-        query = parse_qs(parts.query, keep_blank_values=True)
-        # unix://relative/path has a host; ?password= would be read by redis-py, not here
-        if parts.hostname or not parts.path.startswith("/") or set(query) - {"db"}:
-            raise ValueError(f"{shown(url)}: write unix://[:PASSWORD@]/PATH/TO/redis.sock[?db=N]")
-        db = query.get("db", ["0"])[-1]
-        if not _number(db):
-            raise ValueError(f"{shown(url)}: the database must be a number")
-        path = unquote(parts.path)
-        return _One(
-            Node("", 0, password=password, db=int(db), tls=False, timeout=timeout, path=path)
+    def make(host: str, port: int, db: int = target.db) -> Node:
+        return Node(
+            host,
+            port,
+            username=target.username,
+            password=target.password,
+            db=db,
+            tls=target.tls,
+            timeout=timeout,
+            on_open=on_open,
         )
-    if scheme in ("redis", "rediss"):
-        db = parts.path.strip("/")
-        if db and not _number(db):
-            raise ValueError(f"{shown(url)}: the database must be a number")
-        return _One(make(parts.hostname or "127.0.0.1", parts.port or 6379, int(db or 0)))
-    nodes = nodes_of(url)
-    if scheme.endswith("sentinel"):
-        service, _, db = parts.path.strip("/").partition("/")
+
+    if target.kind == "unix":
+        return _One(
+            Node(
+                "",
+                0,
+                username=target.username,
+                password=target.password,
+                db=target.db,
+                tls=False,
+                timeout=timeout,
+                path=target.path,
+                on_open=on_open,
+            )
+        )
+    if target.kind == "server":
+        ((host, port),) = target.nodes
+        return _One(make(host, port))
+    if target.kind == "sentinel":
+        assert target.service is not None
         sentinels = [
-            Node(host, port, password=None, db=0, tls=tls, timeout=timeout) for host, port in nodes
+            Node(host, port, password=None, db=0, tls=target.tls, timeout=timeout)
+            for host, port in target.nodes
         ]
-        return _Sentinel(sentinels, service, lambda h, p: make(h, p, int(db or 0)))
-    if scheme.endswith("cluster"):
-        return _Cluster([make(host, port) for host, port in nodes], make)
-    raise ValueError(
-        f"{shown(url)}: the proxy reaches Redis at redis://, unix://, redis+cluster:// or "
-        "redis+sentinel://"
-    )
+        return _Sentinel(sentinels, target.service, make)
+    return _Cluster([make(host, port, 0) for host, port in target.nodes], make)
+
+
+def router_for(url: str, *, timeout: float, on_open: OnOpen | None = None) -> Router:
+    """The router a Redis URL names; ``ValueError`` if it cannot be used."""
+    return connect(parse_url(url), timeout=timeout, on_open=on_open)

@@ -1,0 +1,1 @@
+"""The one Redis path of every store: a URL parser, an asyncio client, a watch on servers."""
