@@ -1,4 +1,5 @@
-"""Shared fixtures: keysets made fresh for each test, a fixed clock, the shared vectors folder."""
+"""Shared fixtures: each test's own working folder and environment, keysets made fresh for each
+test, a fixed clock, the shared vectors folder."""
 
 from __future__ import annotations
 
@@ -22,6 +23,28 @@ if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
 NOW = 1_800_000_000  # a fixed "now" (2027-01-15) so that times in tests are exact
 #: Published vectors, copied into the repository (sources and licences in their README).
 VECTORS = Path(__file__).resolve().parent / "vectors" / "published"
+
+
+#: The prefix of the knobs the tests themselves read (a Redis URL, an SDK's folder, the fuzzer's
+#: seed): the one part of the caller's ``MRTR_STATE_*`` environment a test may see.
+TEST_KNOBS = "MRTR_STATE_TEST_"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test runs in an empty folder of its own, with none of the caller's ``MRTR_STATE_*``
+    settings: the README's order (``make demo``, which writes ``keys/keyset.json`` in the
+    checkout, then ``make test``) and an operator's shell must not change what a test sees.
+    Nothing reaches the checkout's ``keys/``, a ``mrtr-state.toml`` in the caller's folder or a
+    ``MRTR_STATE_KEYSET`` left exported; paths into the repository are made from the tests'
+    own location (``ROOT``), never from the working folder. A separate folder from
+    ``tmp_path``, so a test's ``tmp_path/keys/keyset.json`` is not the default keyset."""
+    for name in list(os.environ):
+        if name.startswith("MRTR_STATE_") and not name.startswith(TEST_KNOBS):
+            monkeypatch.delenv(name)
+    folder = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(folder)
+    return folder
 
 
 @pytest.fixture
