@@ -131,6 +131,7 @@ SLOW = (
     "test_proxy_ops.py::test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost",
     "test_proxy_ops.py::test_a_stream_longer_than_the_drain_is_closed_and_the_proxy_exits_0",
     "test_proxy_ops.py::test_a_keyset_that_fails_to_load_is_never_silent",
+    "test_proxy_ops.py::test_the_log_and_the_metrics_name_each_event_alike",
     "test_replay.py::test_sixteen_processes_racing_on_sqlite_redeem_exactly_once",
 )
 

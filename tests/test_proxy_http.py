@@ -90,7 +90,7 @@ def test_a_round_trip_through_the_proxy(fleet: Fleet) -> None:
     (retry,) = fleet.upstream.retries()
     original = json.loads(base64.b64decode(retry["params"]["requestState"]))
     assert original == {"step": 1, "env": "prod"}  # the server got back exactly its own state
-    assert [line["event"] for line in fleet.log] == ["sealed", "verified"]
+    assert [line["event"] for line in fleet.log] == ["sealed", "opened"]
 
 
 @pytest.mark.parametrize(
@@ -306,7 +306,7 @@ def test_the_cli_proxy_serves_binds_the_bearer_and_logs_json(keyset_file: Path) 
             process.terminate()
             _, err = process.communicate(timeout=20)
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert [e["event"] for e in events] == ["start", "sealed", "refused", "verified", "stop"]
+    assert [e["event"] for e in events] == ["start", "sealed", "refused", "opened", "stop"]
     assert events[2]["result"] == "principal_mismatch"
     assert all(list(e)[:3] == ["ts", "level", "event"] for e in events)
     assert events[0]["upstream"] == upstream_url + "/mcp" and events[0]["paths"] == ["/mcp"]

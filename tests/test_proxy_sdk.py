@@ -99,5 +99,5 @@ def test_the_official_sdk_completes_an_elicitation_through_the_proxy(
             token, text = sdk_client_round_trip(proxy_url + "/mcp")
     assert token.startswith("ms1.")  # what the client saw: sealed by the proxy
     assert text == "deployed prod" and seen == ["confirm:prod"]
-    assert [line["event"] for line in lines].count("verified") >= 1
+    assert [line["event"] for line in lines].count("opened") >= 1
     assert "refused" not in [line["event"] for line in lines]

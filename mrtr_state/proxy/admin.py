@@ -4,7 +4,8 @@
     GET /readyz    200 when ready; 503 with the reasons when the keyset file cannot be loaded
                    (the last good keyset is still in force: a rotation did not take effect), the
                    upstream or the state store cannot be used, or the proxy is shutting down
-    GET /metrics   Prometheus text (see :mod:`mrtr_state.proxy.metrics`)
+    GET /metrics   Prometheus text (see :mod:`mrtr_state.proxy.metrics`); its
+                   ``mrtr_state_proxy_ready`` is worked out at each scrape by /readyz's checks
 
 Keep it off the network clients reach: it says which keys are in use and whether the keyset is
 healthy. It serves nothing else, and answers any other method 405 and any other path 404.
@@ -67,6 +68,7 @@ class AdminApp:
                 send, 503 if reasons else 200, json.dumps(body).encode(), b"application/json"
             )
         elif scope["path"] == "/metrics":
+            self.metrics.ready(not await self.not_ready())  # mrtr_state_proxy_ready, as /readyz
             text, kind = self.metrics.exposition()
             await _answer(send, 200, text, kind.encode("ascii"))
         else:

@@ -52,7 +52,7 @@ __all__ = [
     "is_request",
 ]
 
-#: One line per sealed, verified or refused state, for operators (``--json-log``).
+#: One line per sealed, opened or refused state, for operators (``--json-log``).
 LogSink = Callable[[dict[str, Any]], None]
 Clock = Callable[[], float]
 
@@ -123,10 +123,6 @@ class Opening(NamedTuple):
     handle: Handle | None = None
 
 
-#: The name each logged event is counted under.
-_COUNTED = {"verified": "opened"}
-
-
 class StateGuard:
     """Seals the states a server emits and opens the ones clients send back.
 
@@ -172,10 +168,10 @@ class StateGuard:
         self._log = log
 
     def report(self, event: str, started: float, result: str, **facts: Any) -> None:
-        """A state sealed, verified or refused: one log line (when logging), with the time spent
+        """A state sealed, opened or refused: one log line (when logging), with the time spent
         since ``started``, and its count (when counting). ``result`` is ``ok`` or a short code."""
         if self.metrics is not None:
-            self.metrics.state(_COUNTED.get(event, event), self.format, result)
+            self.metrics.state(event, self.format, result)
         if self._log is not None:
             latency = round((time.perf_counter() - started) * 1000, 3)
             line = {"event": event, "format": self.format, "result": result, **facts}
@@ -346,7 +342,7 @@ class StateGuard:
         except InvalidToken as err:
             self.report("refused", started, err.code, reason=str(err), method=method)
             return None, {"jsonrpc": "2.0", "id": message.get("id"), "error": wire_error(err)}
-        self.report("verified", started, "ok", method=method, **facts)
+        self.report("opened", started, "ok", method=method, **facts)
         return {**message, "params": {**params, "requestState": state}}, None
 
     def _redeem(self, opening: Opening | None) -> tuple[Any, dict[str, str]]:
