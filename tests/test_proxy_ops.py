@@ -119,6 +119,7 @@ def test_a_keyset_that_fails_to_load_is_never_silent(
     assert any("mode 0644" in r and "the last good keyset is in force" in r for r in reasons)
     found = samples(admin)
     assert found["mrtr_state_keyset_reload_error"][()] == 1
+    assert found["mrtr_state_proxy_ready"][()] == 0
     assert found["mrtr_state_keyset_reload_failures_total"][()] >= 2
     warnings = [line for line in proxy.log if line["event"] == "keyset_reload_failed"]
     assert len(warnings) >= 2  # repeated at each check, not said once
@@ -190,8 +191,11 @@ def test_readiness_follows_the_upstream(tmp_path: Path) -> None:
         assert warned[0]["level"] == "warning"  # at start-up
         status, body, _ = admin_get(admin, "/readyz")
         assert status == 503 and "upstream: http://127.0.0.1" in body.decode()
+        assert samples(admin)["mrtr_state_proxy_ready"][()] == 0  # the scrape asks the same
         with serving(ScriptedUpstream(), port=upstream_port):
             assert admin_get(admin, "/readyz")[0] == 200
+            assert samples(admin)["mrtr_state_proxy_ready"][()] == 1
+        assert samples(admin)["mrtr_state_proxy_ready"][()] == 0  # gone again: not a cache
     finally:
         assert proxy.stop() == 0
 
