@@ -30,8 +30,29 @@ VECTORS = Path(__file__).resolve().parent / "vectors" / "published"
 TEST_KNOBS = "MRTR_STATE_TEST_"
 
 
+def _isolate(patch: pytest.MonkeyPatch, folder: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("MRTR_STATE_") and not name.startswith(TEST_KNOBS):
+            patch.delenv(name)
+    patch.chdir(folder)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What :func:`isolated` gives a test, given first to the whole run, so that a fixture
+    that outlives a test (module or session scope: a proxy started once for a file) starts
+    in an empty folder without the caller's settings too."""
+    with pytest.MonkeyPatch.context() as patch:
+        _isolate(patch, tmp_path_factory.mktemp("session-cwd"))
+        yield
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated(
+    isolated_session: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Path:
     """Every test runs in an empty folder of its own, with none of the caller's ``MRTR_STATE_*``
     settings: the README's order (``make demo``, which writes ``keys/keyset.json`` in the
     checkout, then ``make test``) and an operator's shell must not change what a test sees.
@@ -39,11 +60,8 @@ def isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     ``MRTR_STATE_KEYSET`` left exported; paths into the repository are made from the tests'
     own location (``ROOT``), never from the working folder. A separate folder from
     ``tmp_path``, so a test's ``tmp_path/keys/keyset.json`` is not the default keyset."""
-    for name in list(os.environ):
-        if name.startswith("MRTR_STATE_") and not name.startswith(TEST_KNOBS):
-            monkeypatch.delenv(name)
     folder = tmp_path_factory.mktemp("cwd")
-    monkeypatch.chdir(folder)
+    _isolate(monkeypatch, folder)
     return folder
 
 

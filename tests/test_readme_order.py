@@ -10,15 +10,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The test that failed after ``make demo`` (it inspects a token with no keyset named and read
-#: the demo's), and one that reads the default keyset path the same way.
+#: the demo's), one that reads the default keyset path the same way, and this file's own checks
+#: of what a test and a fixture that outlives it see.
 READERS_OF_THE_DEFAULTS = (
     "tests/test_mcp_java.py::test_without_a_keyset_inspect_names_the_format_whose_body_it_is",
     "tests/test_sdk_vectors.py",
+    "tests/test_readme_order.py::test_a_test_starts_in_an_empty_folder_of_its_own_with_none_of_"
+    "the_callers_settings",
+    "tests/test_readme_order.py::test_a_fixture_that_outlives_a_test_starts_isolated_too",
 )
+
+
+def _leaked() -> list[str]:
+    return [n for n in os.environ if n.startswith("MRTR_STATE_") and "_TEST_" not in n]
 
 
 def test_a_test_starts_in_an_empty_folder_of_its_own_with_none_of_the_callers_settings(
@@ -26,8 +36,21 @@ def test_a_test_starts_in_an_empty_folder_of_its_own_with_none_of_the_callers_se
 ) -> None:
     assert Path.cwd() == isolated and not any(isolated.iterdir())
     assert ROOT not in isolated.parents and isolated != ROOT
-    leaked = [n for n in os.environ if n.startswith("MRTR_STATE_") and "_TEST_" not in n]
-    assert leaked == []
+    assert _leaked() == []
+
+
+@pytest.fixture(scope="module")
+def seen_by_a_module_fixture() -> tuple[Path, list[str]]:
+    """What a fixture started once for a file (a proxy, a peer) sees when it starts."""
+    return Path.cwd(), _leaked()
+
+
+def test_a_fixture_that_outlives_a_test_starts_isolated_too(
+    seen_by_a_module_fixture: tuple[Path, list[str]],
+) -> None:
+    folder, leaked = seen_by_a_module_fixture
+    assert ROOT not in folder.parents and folder != ROOT and leaked == []
+    assert not (folder / "keys").exists() and not (folder / "mrtr-state.toml").exists()
 
 
 def test_the_suite_passes_after_make_demo_in_a_shell_that_exports_settings(
