@@ -114,10 +114,9 @@ def test_the_docs_build_fails_on_an_include_it_cannot_resolve() -> None:
     """mkdocs.yml's pymdownx.snippets settings (check_paths) make a missing file or section an
     error, which ``mkdocs build --strict`` (make docs) stops on; with them, every page's own
     includes resolve."""
-    snippets = pytest.importorskip(
-        "pymdownx.snippets", reason="make docs installs the docs tools (requirements/docs.txt)"
-    )
-    import markdown
+    tools = "make docs installs the docs tools (requirements/docs.txt)"
+    snippets = pytest.importorskip("pymdownx.snippets", reason=tools)
+    markdown = pytest.importorskip("markdown", reason=tools)  # no stubs: make lint runs first
     import yaml
 
     extensions = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]
@@ -130,8 +129,7 @@ def test_the_docs_build_fails_on_an_include_it_cannot_resolve() -> None:
         md = markdown.Markdown(
             extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": config}
         )
-        converted: str = md.convert(text)
-        return converted
+        return str(md.convert(text))
 
     assert "def answer" in convert('--8<-- "examples/naive_upstream.py:answer"')
     for broken in ('"examples/no_such_file.py"', '"examples/naive_upstream.py:no_such_part"'):
