@@ -217,6 +217,28 @@ def test_the_proxy_extra_brings_what_the_proxy_needs(wheel: Path, tmp_path: Path
     assert imported.returncode == 0, imported.stderr
 
 
+def copied_to_src(dockerfile: str, src: Path) -> Path:
+    """``src`` filled as the Dockerfile's ``COPY ... /src...`` lines fill /src, from the
+    repository (the build context): a file the build needs and the image leaves out fails."""
+    import shutil
+
+    for line in re.findall(r"^COPY (.+)$", dockerfile, re.MULTILINE):
+        *sources, destination = line.split()
+        if not destination.startswith("/src"):
+            continue
+        target = src / destination.removeprefix("/src").lstrip("/")
+        for source in sources:
+            origin = ROOT / source
+            place = target / origin.name if destination.endswith("/") else target
+            place.parent.mkdir(parents=True, exist_ok=True)
+            if origin.is_dir():
+                shutil.copytree(origin, place, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copyfile(origin, place)
+    assert (src / "pyproject.toml").is_file()
+    return src
+
+
 @pytest.mark.parametrize(
     ("dockerfile", "command"),
     [("deploy/container/Dockerfile", "proxy"), ("deploy/kubernetes/ops.Dockerfile", "rotate")],
@@ -226,15 +248,16 @@ def test_each_images_lock_installs_as_its_dockerfile_installs_it(
     dockerfile: str, command: str, tmp_path: Path
 ) -> None:
     """The Dockerfile's two pip commands, run here: the lock alone, hashes required and wheels
-    only (pip refuses any dependency the lock does not pin), then the checkout, built offline
-    with the locked setuptools. The command the image runs then works."""
+    only (pip refuses any dependency the lock does not pin), then the checkout as its COPY
+    lines fill /src (nothing else of the repository), built offline with the locked
+    setuptools. The command the image runs then works."""
     text = (ROOT / dockerfile).read_text()
     installs = re.findall(r"pip install --no-cache-dir ([^&\n]+?)\s*(?:\\\n|&&|$)", text)
     assert len(installs) == 2
-    sources = {f"/src/{path.name}": str(path) for path in (ROOT / "deploy").rglob("*.txt")}
+    src = copied_to_src(text, tmp_path / "src")
     lock = installs[0].split()
-    lock[-1] = sources[lock[-1]]
-    checkout = installs[1].replace("/src", str(ROOT))
+    lock[-1] = lock[-1].replace("/src", str(src))
+    checkout = installs[1].replace("/src", str(src))
     bin_dir = venv_with(tmp_path, " ".join(lock), checkout)
     done = subprocess.run(
         [str(bin_dir / "mrtr-state"), command, "--help"], capture_output=True, text=True, timeout=60
