@@ -421,6 +421,12 @@ def as_doubles(value: Any) -> Any:
     return {key: as_doubles(item) for key, item in value.items()}
 
 
+@pytest.fixture(scope="module")
+def node() -> str:
+    """Node.js, or the test skips before hypothesis draws anything (naming the package)."""
+    return program("node", "nodejs")
+
+
 @settings(
     max_examples=15,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a node run per shrink step: too slow
@@ -443,9 +449,8 @@ def as_doubles(value: Any) -> Any:
     * 3
 )
 def test_what_the_proxy_forwards_reads_the_same_to_a_javascript_server(
-    batch: list[bytes],
+    node: str, batch: list[bytes]
 ) -> None:
-    node = program("node", "nodejs")
     forwarded = [seen for seen in map(inspected, batch) if seen is not None]
     if not forwarded:
         return
