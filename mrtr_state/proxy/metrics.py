@@ -19,7 +19,7 @@ a key id of the keyset), never a principal, a token or a request's text.
     mrtr_state_keyset_reload_error             1 while the file cannot be used (the last good
                                                keyset stays in force), else 0
     mrtr_state_keyset_keys{kid, alg, status}   1 for each key of the keyset in force (the
-                                               three keyset metrics: with a keyset only)
+                                               keyset metrics: with a keyset only)
 
 The ``event`` label and the ``--json-log`` lines use the same words for the same events:
 ``sealed``, ``opened``, ``refused``; a keyset reload is ``keyset_reloaded`` or
