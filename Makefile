@@ -71,7 +71,7 @@ fuzz: $(STAMP) ## Fuzz every token parser, and the strict JSON reader against a 
 			exit 1; fi; \
 	done
 	@seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); echo "framing fuzz: $(FRAMING_CASES) cases per parser, seed $$seed"; \
-	MRTR_STATE_FRAMING_CASES=$(FRAMING_CASES) MRTR_STATE_FRAMING_SEED=$$seed \
+	MRTR_STATE_TEST_FRAMING_CASES=$(FRAMING_CASES) MRTR_STATE_TEST_FRAMING_SEED=$$seed \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_proxy_framing.py -k fuzzer
 
 lock: $(STAMP) ## Re-pin the container images' requirements (deploy/*/*-requirements.txt, with digests)

@@ -146,6 +146,13 @@ class Keyset:
         """How many looks at the followed file failed since it was loaded (for metrics)."""
         return 0 if self._watch is None else self._watch.failures
 
+    @property
+    def reloads(self) -> int:
+        """How many looks at the followed file left a good keyset in force after a change (a
+        new version taken) or after a failure (the file back as it was), since it was loaded
+        (for metrics, beside :attr:`reload_failures`)."""
+        return 0 if self._watch is None else self._watch.reloads
+
     def check(self) -> KeysetError | None:
         """Look at the followed file if its check interval has passed (re-reading it if it
         changed) and return what :attr:`reload_error` then says. Never raises: for monitors that

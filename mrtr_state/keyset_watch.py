@@ -4,6 +4,12 @@ A keyset loaded from a file follows it (:meth:`mrtr_state.keyset.Keyset.load`): 
 per interval a stat call says whether the file changed, and only then is it read, validated and
 swapped in whole. A file that cannot be used (missing for a moment during a swap, half-written,
 invalid, loosened permissions) never replaces the good version in memory, and is never silent.
+
+Each outcome is one record of the ``mrtr_state`` logger naming its event, the words the proxy's
+metrics use too: ``keyset_reloaded`` (info; counted in :attr:`FileWatch.reloads`) and
+``keyset_reload_failed`` (warning, with the reason; counted in :attr:`FileWatch.failures`), both
+with the ids of the keys in force (``record.event`` and ``record.facts``, which the proxy's
+``--json-log`` writes as one line).
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ def _log() -> Any:
     return logging.getLogger("mrtr_state")
 
 
+def _event(name: str, source: str, table: KeyTable, **facts: Any) -> dict[str, Any]:
+    """The ``extra`` of a reload's log record: its event and facts, the keys in force last."""
+    kids = [key.kid for key in table.keys]
+    return {"event": name, "facts": {"keyset": source, **facts, "kids": kids}}
+
+
 class FileWatch:
     """Where a loaded keyset came from, and when to look at that file again."""
 
@@ -51,6 +63,7 @@ class FileWatch:
         "next_check",
         "path",
         "problem",
+        "reloads",
         "source",
         "stamp",
     )
@@ -71,7 +84,10 @@ class FileWatch:
         self.next_check = time.monotonic() + interval
         self.lock = threading.Lock()
         self.problem: KeysetError | None = None
+        #: looks that failed, and looks that left a good keyset in force after a change or a
+        #: failure (each one logged: ``keyset_reload_failed``, ``keyset_reloaded``)
         self.failures = 0
+        self.reloads = 0
         #: (file stamp, monotonic time of the next attempt) after the KEK failed on that file:
         #: a KEK is not asked again every interval (scrypt's cost, a KMS's quota)
         self.kek_failed: tuple[keyfile.Stamp | None, float] | None = None
@@ -118,7 +134,13 @@ class FileWatch:
                 ):
                     self.kek_failed = (current, time.monotonic() + KEK_RETRY_SECONDS)
                 self.failures += 1
-                _log().warning("%s; still using the keyset loaded before", err)
+                _log().warning(
+                    "%s; still using the keyset loaded before",
+                    err,
+                    extra=_event(
+                        "keyset_reload_failed", self.source, current_table, reason=str(err)
+                    ),
+                )
                 self.problem = err
                 if wait:
                     raise
@@ -132,6 +154,14 @@ class FileWatch:
             self.lock.release()
 
     def _recovered(self, table: KeyTable, *, changed: bool) -> None:
+        """A good keyset is in force after a look: a new version of the file, or the one in
+        force found good again after a failure (its file back as it was)."""
         if changed or self.problem is not None:
-            _log().info("keyset %s loaded again: %d keys", self.source, len(table.keys))
+            self.reloads += 1
+            _log().info(
+                "keyset %s loaded again: %d keys",
+                self.source,
+                len(table.keys),
+                extra=_event("keyset_reloaded", self.source, table, changed=changed),
+            )
         self.problem = None

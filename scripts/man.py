@@ -90,6 +90,10 @@ def render() -> str:
         record = param.get_help_record(top_ctx)
         if record is not None:
             lines += [".TP", f".B {_escape(record[0])}", _escape(record[1])]
+    if top.epilog:  # what --help ends with: how to turn on shell completion
+        lines.append(".SH SHELL COMPLETION")
+        for paragraph in _paragraphs(top.epilog):
+            lines += [paragraph, ".PP"]
     lines.append(".SH COMMANDS")
     for path, command, ctx in everything[1:]:
         if isinstance(command, click.Group):

@@ -1,4 +1,5 @@
-"""Shared fixtures: keysets made fresh for each test, a fixed clock, the shared vectors folder."""
+"""Shared fixtures: each test's own working folder and environment, keysets made fresh for each
+test, a fixed clock, the shared vectors folder."""
 
 from __future__ import annotations
 
@@ -22,6 +23,46 @@ if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
 NOW = 1_800_000_000  # a fixed "now" (2027-01-15) so that times in tests are exact
 #: Published vectors, copied into the repository (sources and licences in their README).
 VECTORS = Path(__file__).resolve().parent / "vectors" / "published"
+
+
+#: The prefix of the knobs the tests themselves read (a Redis URL, an SDK's folder, the fuzzer's
+#: seed): the one part of the caller's ``MRTR_STATE_*`` environment a test may see.
+TEST_KNOBS = "MRTR_STATE_TEST_"
+
+
+def _isolate(patch: pytest.MonkeyPatch, folder: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("MRTR_STATE_") and not name.startswith(TEST_KNOBS):
+            patch.delenv(name)
+    patch.chdir(folder)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What :func:`isolated` gives a test, given first to the whole run, so that a fixture
+    that outlives a test (module or session scope: a proxy started once for a file) starts
+    in an empty folder without the caller's settings too."""
+    with pytest.MonkeyPatch.context() as patch:
+        _isolate(patch, tmp_path_factory.mktemp("session-cwd"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def isolated(
+    isolated_session: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Path:
+    """Every test runs in an empty folder of its own, with none of the caller's ``MRTR_STATE_*``
+    settings: the README's order (``make demo``, which writes ``keys/keyset.json`` in the
+    checkout, then ``make test``) and an operator's shell must not change what a test sees.
+    Nothing reaches the checkout's ``keys/``, a ``mrtr-state.toml`` in the caller's folder or a
+    ``MRTR_STATE_KEYSET`` left exported; paths into the repository are made from the tests'
+    own location (``ROOT``), never from the working folder. A separate folder from
+    ``tmp_path``, so a test's ``tmp_path/keys/keyset.json`` is not the default keyset."""
+    folder = tmp_path_factory.mktemp("cwd")
+    _isolate(monkeypatch, folder)
+    return folder
 
 
 @pytest.fixture
@@ -108,6 +149,7 @@ SLOW = (
     "test_proxy_ops.py::test_the_proxy_runs_on_an_encrypted_keyset_and_reports_a_kek_it_lost",
     "test_proxy_ops.py::test_a_stream_longer_than_the_drain_is_closed_and_the_proxy_exits_0",
     "test_proxy_ops.py::test_a_keyset_that_fails_to_load_is_never_silent",
+    "test_proxy_ops.py::test_the_log_and_the_metrics_name_each_event_alike",
     "test_replay.py::test_sixteen_processes_racing_on_sqlite_redeem_exactly_once",
 )
 

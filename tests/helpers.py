@@ -33,6 +33,20 @@ CLEAN_ENV: dict[str, str | None] = {
 }
 
 
+def program(name: str, package: str) -> str:
+    """The path of ``name``, a program a fresh machine may lack (Node, promtool, redis-server,
+    ruby, php, javac, softhsm2-util), else skip the test naming the Debian package that brings
+    it. Under CI (``MRTR_STATE_TEST_PROFILE=ci``) a missing program fails instead: ``.ci/run``
+    installs every one, so a test that skips there is a test that never runs."""
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    reason = f"{name} is not installed (apt-get install {package})"
+    if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
+        pytest.fail(f"{reason}: .ci/run installs it")
+    pytest.skip(reason)
+
+
 def run(
     *args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, code: int = 0
 ) -> Result:
@@ -230,9 +244,7 @@ class ProxyProcess:
 @contextlib.contextmanager
 def private_redis() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A redis-server of this test's own (to stop, reconfigure or kill), else skip."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary: install Debian's redis-server to run the Redis tests")
+    binary = program("redis-server", "redis-server")
     port = free_port()
     server = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],

@@ -8,7 +8,6 @@ the cluster); without them the tests that ask skip with the reason.
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -17,16 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
+from .helpers import program
 from .servers import free_port
 
 
 def _binary(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.skip(f"no {name} binary: install Debian's redis-server to run these tests")
-    return found
+    return program(name, "redis-server")
 
 
 def _cluster_port() -> int:

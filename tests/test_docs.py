@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import mrtr_state.errors as errors
 from mrtr_state.cli import _COMMANDS
 
@@ -55,6 +57,86 @@ def test_every_docs_page_is_in_the_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f": {page.name}" in nav, page.name
+
+
+#: A snippet include as pymdownx.snippets reads it (a line of its own), and anything that was
+#: meant as one: the form a formatter left (``--8 < --"examples/naive_upstream.py:answer"``).
+INCLUDE = re.compile(r'--8<-- "([^":]+)(?::(\w+))?"')
+MEANT_AS_INCLUDE = re.compile(r"-\s*-\s*8\s*<\s*-\s*-")
+
+
+def test_every_snippet_include_is_written_as_the_docs_build_reads_it() -> None:
+    """A mangled include is not an include: the build copies it as text and does not fail
+    (issue 46 found one on docs/proxy.md). Every line meant as one is one, and names a file
+    (and a section of it) that exists."""
+    found = 0
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if not MEANT_AS_INCLUDE.search(line):
+                continue
+            where = f"{page.name}:{number}: {line!r}"
+            include = INCLUDE.fullmatch(line)
+            assert include is not None, where
+            target = ROOT / include[1]
+            assert target.is_file(), where
+            if include[2]:
+                assert f"--8<-- [start:{include[2]}]" in target.read_text(), where
+            found += 1
+    assert found >= 20
+
+
+def test_ruff_format_leaves_the_docs_alone() -> None:
+    """ruff formats the Python code blocks of a Markdown file it is given, and so rewrote an
+    include inside one; pyproject.toml keeps Markdown out of it, named or not."""
+    ruff = Path(sys.executable).parent / "ruff"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    done = subprocess.run(
+        [str(ruff), "format", "--diff", *map(str, pages)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout == "", done.stdout[-2000:] + done.stderr
+    alone = subprocess.run(
+        [str(ruff), "format", "--diff", "."],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert alone.returncode == 0 and ".md" not in alone.stdout + alone.stderr, alone.stdout
+
+
+def test_the_docs_build_fails_on_an_include_it_cannot_resolve() -> None:
+    """mkdocs.yml's pymdownx.snippets settings (check_paths) make a missing file or section an
+    error, which ``mkdocs build --strict`` (make docs) stops on; with them, every page's own
+    includes resolve."""
+    tools = "make docs installs the docs tools (requirements/docs.txt)"
+    snippets = pytest.importorskip("pymdownx.snippets", reason=tools)
+    markdown = pytest.importorskip("markdown", reason=tools)  # no stubs: make lint runs first
+    import yaml
+
+    extensions = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]
+    (settings,) = [e["pymdownx.snippets"] for e in extensions if "pymdownx.snippets" in e]
+    assert settings["check_paths"] is True and settings["base_path"] == ["."]
+
+    def convert(text: str) -> str:
+        # base_path "." is the folder mkdocs runs in: the repository's root
+        config = {**settings, "base_path": [str(ROOT)]}
+        md = markdown.Markdown(
+            extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": config}
+        )
+        return str(md.convert(text))
+
+    assert "def answer" in convert('--8<-- "examples/naive_upstream.py:answer"')
+    for broken in ('"examples/no_such_file.py"', '"examples/naive_upstream.py:no_such_part"'):
+        with pytest.raises(snippets.SnippetMissingError):
+            convert(f"```python\n--8<-- {broken}\n```\n")
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        convert(page.read_text())
 
 
 def test_every_error_code_has_its_troubleshooting_entry() -> None:

@@ -6,7 +6,6 @@ fails closed with :class:`StateStoreError`."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from mrtr_state.handle_store import (
     open_handle_store,
 )
 
-from .helpers import private_redis
+from .helpers import private_redis, program
 from .redis_topologies import cluster, sentinel_watched
 
 BOUND = binding_of(principal="alice", audience="/mcp", method="tools/call", target="deploy")
@@ -460,9 +459,7 @@ def test_the_watchdog_fires_once_per_late_command_under_uvloop(
 def test_the_proxys_client_reaches_a_redis_on_its_unix_socket(tmp_path: Path) -> None:
     """A Redis beside the proxy (a sidecar, a shared volume): unix:///PATH?db=N, with a
     password; a socket nobody listens on fails closed."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary")
+    binary = program("redis-server", "redis-server")
     sock = tmp_path / "redis.sock"
     server = subprocess.Popen(
         [

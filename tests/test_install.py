@@ -7,6 +7,7 @@ installs as its Dockerfile installs it, hashes checked."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from .helpers import program
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -110,7 +113,39 @@ def test_the_sdist_holds_what_builds_the_wheel_and_the_licence(dist: Path) -> No
         member = archive.extractfile(f"{sdist.name.removesuffix('.tar.gz')}/LICENSE")
         assert member is not None and member.read() == (ROOT / "LICENSE").read_bytes()
     assert {"LICENSE", "README.md", "pyproject.toml", "mrtr_state/__init__.py"} <= names
-    assert not [n for n in names if n.startswith(("tests/", "keys/", "docs/", "deploy/"))]
+    man = {"docs", "docs/man", "docs/man/mrtr-state.1"}  # the wheel's man page is built from it
+    assert man <= names
+    assert not [n for n in names - man if n.startswith(("tests/", "keys/", "docs", "deploy/"))]
+
+
+def test_the_wheel_installs_the_man_page_where_man_finds_it(wheel: Path, tmp_path: Path) -> None:
+    """Issue 46: ``pip install`` left the man page behind. The wheel carries it as data for
+    ``share/man/man1``, so a virtual environment has it under its prefix, and ``man
+    mrtr-state`` finds and shows it with MANPATH set as docs/cli.md says."""
+    page = (ROOT / "docs" / "man" / "mrtr-state.1").read_bytes()
+    archive = zipfile.ZipFile(wheel)
+    (member,) = [
+        n for n in archive.namelist() if n.endswith(".data/data/share/man/man1/mrtr-state.1")
+    ]
+    assert archive.read(member) == page
+    bin_dir = venv_with(tmp_path, f"--no-deps {wheel}")
+    prefix = bin_dir.parent
+    installed = prefix / "share" / "man" / "man1" / "mrtr-state.1"
+    assert installed.read_bytes() == page
+    told = 'export MANPATH="$VIRTUAL_ENV/share/man:"'
+    assert told in (ROOT / "docs" / "cli.md").read_text()
+    man = program("man", "man-db")
+    env = {**os.environ, "VIRTUAL_ENV": str(prefix), "MANPAGER": "cat", "MANWIDTH": "100"}
+    env["MANPATH"] = f"{prefix}/share/man:"
+    found = subprocess.run(
+        [man, "-w", "mrtr-state"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert found.returncode == 0 and found.stdout.strip() == str(installed), found.stderr
+    shown = subprocess.run([man, "mrtr-state"], capture_output=True, text=True, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "MRTR-STATE(1)" in text and "mrtr-state - mint, verify, inspect and seal" in text
+    assert "SHELL COMPLETION" in text and "_MRTR_STATE_COMPLETE=bash_source" in text
 
 
 def test_a_clean_environment_runs_the_cli_from_the_wheel(wheel: Path, tmp_path: Path) -> None:
@@ -182,6 +217,28 @@ def test_the_proxy_extra_brings_what_the_proxy_needs(wheel: Path, tmp_path: Path
     assert imported.returncode == 0, imported.stderr
 
 
+def copied_to_src(dockerfile: str, src: Path) -> Path:
+    """``src`` filled as the Dockerfile's ``COPY ... /src...`` lines fill /src, from the
+    repository (the build context): a file the build needs and the image leaves out fails."""
+    import shutil
+
+    for line in re.findall(r"^COPY (.+)$", dockerfile, re.MULTILINE):
+        *sources, destination = line.split()
+        if not destination.startswith("/src"):
+            continue
+        target = src / destination.removeprefix("/src").lstrip("/")
+        for source in sources:
+            origin = ROOT / source
+            place = target / origin.name if destination.endswith("/") else target
+            place.parent.mkdir(parents=True, exist_ok=True)
+            if origin.is_dir():
+                shutil.copytree(origin, place, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copyfile(origin, place)
+    assert (src / "pyproject.toml").is_file()
+    return src
+
+
 @pytest.mark.parametrize(
     ("dockerfile", "command"),
     [("deploy/container/Dockerfile", "proxy"), ("deploy/kubernetes/ops.Dockerfile", "rotate")],
@@ -191,15 +248,16 @@ def test_each_images_lock_installs_as_its_dockerfile_installs_it(
     dockerfile: str, command: str, tmp_path: Path
 ) -> None:
     """The Dockerfile's two pip commands, run here: the lock alone, hashes required and wheels
-    only (pip refuses any dependency the lock does not pin), then the checkout, built offline
-    with the locked setuptools. The command the image runs then works."""
+    only (pip refuses any dependency the lock does not pin), then the checkout as its COPY
+    lines fill /src (nothing else of the repository), built offline with the locked
+    setuptools. The command the image runs then works."""
     text = (ROOT / dockerfile).read_text()
     installs = re.findall(r"pip install --no-cache-dir ([^&\n]+?)\s*(?:\\\n|&&|$)", text)
     assert len(installs) == 2
-    sources = {f"/src/{path.name}": str(path) for path in (ROOT / "deploy").rglob("*.txt")}
+    src = copied_to_src(text, tmp_path / "src")
     lock = installs[0].split()
-    lock[-1] = sources[lock[-1]]
-    checkout = installs[1].replace("/src", str(ROOT))
+    lock[-1] = lock[-1].replace("/src", str(src))
+    checkout = installs[1].replace("/src", str(src))
     bin_dir = venv_with(tmp_path, " ".join(lock), checkout)
     done = subprocess.run(
         [str(bin_dir / "mrtr-state"), command, "--help"], capture_output=True, text=True, timeout=60

@@ -105,6 +105,57 @@ def test_an_unusable_file_never_replaces_the_good_keyset_and_is_reported_at_each
     assert loaded.reload_error is None
 
 
+def _point(link: Path, target: Path) -> None:
+    """Swap ``link`` to ``target`` atomically, as the kubelet swaps a Secret's ``..data``."""
+    fresh = link.with_name(link.name + ".new")
+    fresh.symlink_to(target)
+    fresh.replace(link)
+
+
+def test_each_look_is_one_record_naming_its_event_counted_as_it_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 46: a reload that failed is ``keyset_reload_failed`` (warning, the reason, the
+    keys still in force) and counted in ``reload_failures``; one that left a good keyset in
+    force, after a change or with the file back as it was, is ``keyset_reloaded`` (info, the
+    keys now in force) and counted in ``reloads``: the proxy's log and metrics say these."""
+    good, bad = tmp_path / "a" / "keyset.json", tmp_path / "b" / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(good)
+    bad.parent.mkdir()
+    bad.write_text('{"keys": [')
+    bad.chmod(0o600)
+    link = tmp_path / "keyset.json"
+    link.symlink_to(good)
+    loaded = ms.Keyset.load(link, reload_interval=0)
+    first = [key.kid for key in loaded]
+    with caplog.at_level(logging.INFO, logger="mrtr_state"):
+        assert loaded.check() is None  # nothing changed: nothing said, nothing counted
+        _point(link, bad)
+        problem = loaded.check()
+        _point(link, good)  # back as it was: the same file, good again
+        assert loaded.check() is None
+        added = add_pending(good)
+        assert loaded.check() is None
+    said = [
+        (r.levelno, getattr(r, "event", None), getattr(r, "facts", None)) for r in caplog.records
+    ]
+    assert problem is not None and said == [
+        (
+            logging.WARNING,
+            "keyset_reload_failed",
+            {"keyset": str(link), "reason": str(problem), "kids": first},
+        ),
+        (logging.INFO, "keyset_reloaded", {"keyset": str(link), "changed": False, "kids": first}),
+        (
+            logging.INFO,
+            "keyset_reloaded",
+            {"keyset": str(link), "changed": True, "kids": [*first, added.kid]},
+        ),
+    ]
+    assert (loaded.reload_failures, loaded.reloads) == (1, 2)
+    assert "still using the keyset loaded before" in caplog.records[0].getMessage()
+
+
 def test_a_status_change_keeps_the_primitives_already_built(path: Path) -> None:
     loaded = ms.Keyset.load(path, reload_interval=0)
     primary = loaded.primary("A256GCM")

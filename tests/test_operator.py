@@ -250,6 +250,23 @@ def test_the_readmes_shell_completion_works(shell: str) -> None:
     assert done.returncode == 0 and "mrtr" in done.stdout and "complete" in done.stdout.lower()
 
 
+def test_help_ends_with_how_to_enable_completion() -> None:
+    """Issue 46: completion was explained in docs/cli.md alone. ``--help`` ends with a line
+    for each shell, the line docs/cli.md gives (which the test above runs)."""
+    shown = run("--help").stdout.rstrip().splitlines()
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    commands = next(n for n, line in enumerate(shown) if line.startswith("Commands:"))
+    told = next(n for n, line in enumerate(shown) if "Shell completion" in line)
+    assert commands < told and len(shown) - told == 5  # the last lines, after the commands
+    bash = 'eval "$(_MRTR_STATE_COMPLETE=bash_source mrtr-state)"'
+    zsh = 'eval "$(_MRTR_STATE_COMPLETE=zsh_source mrtr-state)"'
+    fish = "_MRTR_STATE_COMPLETE=fish_source mrtr-state"
+    for line, said in zip(shown[told + 1 :], (bash, zsh, fish), strict=False):
+        assert line.rstrip(" \\").endswith(said) and said in reference, line
+    assert shown[-1].strip() == "> ~/.config/fish/completions/mrtr-state.fish"
+    assert "~/.config/fish/completions/mrtr-state.fish" in reference
+
+
 @pytest.mark.parametrize(
     "args", [["verify", "-"], ["inspect", "-"], ["unseal", "-"], ["mint", "--state", "-"], ["seal"]]
 )

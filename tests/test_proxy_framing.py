@@ -343,11 +343,11 @@ def test_the_upstream_gets_the_header_section_and_never_an_upgrade(
 def test_the_framing_fuzzer(rig: tuple[ProxyProcess, RecordingUpstream]) -> None:
     """Random streams (tests/framing_cases.py), a fixed seed: the upstream gets exactly what a
     strict reading accepts, with the header section sent; the client gets its answers, then the
-    refusal. ``MRTR_STATE_FRAMING_CASES`` sets how many and ``MRTR_STATE_FRAMING_SEED`` the
-    seed (``make fuzz`` runs many more cases on a new seed)."""
+    refusal. ``MRTR_STATE_TEST_FRAMING_CASES`` sets how many and ``MRTR_STATE_TEST_FRAMING_SEED``
+    the seed (``make fuzz`` runs many more cases on a new seed)."""
     proxy, upstream = rig
-    count = int(os.environ.get("MRTR_STATE_FRAMING_CASES", "200"))
-    rng = random.Random(int(os.environ.get("MRTR_STATE_FRAMING_SEED", "35")))
+    count = int(os.environ.get("MRTR_STATE_TEST_FRAMING_CASES", "200"))
+    rng = random.Random(int(os.environ.get("MRTR_STATE_TEST_FRAMING_SEED", "35")))
     problems = run_cases(proxy.port, upstream, rng, count)
     assert problems == [], "\n".join(problems[:10])
 

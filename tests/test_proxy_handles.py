@@ -231,6 +231,7 @@ def test_redis_down_fails_closed_and_says_so_until_it_is_back() -> None:
                 if line.startswith("mrtr_state_proxy_state_store_failures_total ")
             ]
             assert failures and float(failures[0].split()[1]) >= 2
+            assert "\nmrtr_state_proxy_ready 0.0\n" in metrics  # as /readyz says, at the scrape
         finally:
             proxy.stop()
         # the same port again, empty: the proxy recovers, and the old handle is unknown

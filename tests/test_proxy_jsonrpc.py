@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import random
-import shutil
 import subprocess
 from typing import Any
 
@@ -22,7 +21,7 @@ import mrtr_state as ms
 from mrtr_state.proxy.jsonrpc import Refusal, check_routing_headers, id_key, parse_body
 from mrtr_state.proxy.rewrite import Exchange
 
-from .helpers import token_guard
+from .helpers import program, token_guard
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
 
@@ -423,7 +422,12 @@ def as_doubles(value: Any) -> Any:
     return {key: as_doubles(item) for key, item in value.items()}
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+@pytest.fixture(scope="module")
+def node() -> str:
+    """Node.js, or the test skips before hypothesis draws anything (naming the package)."""
+    return program("node", "nodejs")
+
+
 @settings(
     max_examples=15,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a node run per shrink step: too slow
@@ -446,14 +450,14 @@ def as_doubles(value: Any) -> Any:
     * 3
 )
 def test_what_the_proxy_forwards_reads_the_same_to_a_javascript_server(
-    batch: list[bytes],
+    node: str, batch: list[bytes]
 ) -> None:
     forwarded = [seen for seen in map(inspected, batch) if seen is not None]
     if not forwarded:
         return
     lines = b"\n".join(base64.b64encode(f) for _, f in forwarded)
     out = subprocess.run(
-        ["node", "-e", NODE_READER],
+        [node, "-e", NODE_READER],
         input=lines,
         capture_output=True,
         check=True,

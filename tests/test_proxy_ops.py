@@ -119,13 +119,61 @@ def test_a_keyset_that_fails_to_load_is_never_silent(
     assert any("mode 0644" in r and "the last good keyset is in force" in r for r in reasons)
     found = samples(admin)
     assert found["mrtr_state_keyset_reload_error"][()] == 1
+    assert found["mrtr_state_proxy_ready"][()] == 0
     assert found["mrtr_state_keyset_reload_failures_total"][()] >= 2
-    warnings = [line for line in proxy.log if "still using the keyset loaded before" in str(line)]
+    warnings = [line for line in proxy.log if line["event"] == "keyset_reload_failed"]
     assert len(warnings) >= 2  # repeated at each check, not said once
+    assert all("mode 0644" in line["reason"] and line["level"] == "warning" for line in warnings)
     keyset.chmod(0o600)
     time.sleep(1.5)
     assert admin_get(admin, "/readyz")[0] == 200
     assert samples(admin)["mrtr_state_keyset_reload_error"][()] == 0
+
+
+def test_the_log_and_the_metrics_name_each_event_alike(
+    rig: tuple[ProxyProcess, ScriptedUpstream, int, Path],
+) -> None:
+    """Issue 46: the proxy's ``--json-log`` lines and its metrics use one word per event. A
+    state sealed, opened and refused: each line's event, format and result are the labels of
+    the sample it counted. The keyset rewritten valid, then invalid, then repaired: each
+    ``keyset_reloaded`` and ``keyset_reload_failed`` line names the keys in force (the
+    failure its reason too), and the two keyset counters count exactly those lines."""
+    proxy, _, admin, keyset = rig
+    first = send_raw(proxy.port, request(body=call("deploy", id_=1))).json()
+    token = first["result"]["requestState"]
+    send_raw(proxy.port, request(body=call("deploy", id_=2, requestState=token)))
+    send_raw(proxy.port, request(body=call("deploy", id_=3, requestState=token[:-2] + "AA")))
+    states = samples(admin)["mrtr_state_proxy_states_total"]
+    for event, result in (("sealed", "ok"), ("opened", "ok"), ("refused", "bad_signature")):
+        line = proxy.logged("event", event)
+        assert (line["format"], line["result"]) == ("aead", result)
+        labels = (("event", event), ("format", line["format"]), ("reason", line["result"]))
+        assert states[labels] == 1, (event, states)
+    assert not [line for line in proxy.log if line["event"] in ("verified", "server")]
+
+    old = ms.Keyset.load(keyset).primary("A256GCM").kid
+    ms.Keyset.update(keyset, lambda ks: ks.with_new_key("A256GCM")[0])  # rewritten, valid
+    in_force = [key.kid for key in ms.Keyset.load(keyset)]
+    reloaded = proxy.logged("event", "keyset_reloaded")
+    assert reloaded["level"] == "info" and reloaded["kids"] == in_force and old in in_force
+    assert reloaded["keyset"] == str(keyset) and reloaded["changed"] is True
+    assert samples(admin)["mrtr_state_keyset_reloads_total"][()] == 1
+
+    good = keyset.read_bytes()
+    keyset.write_text('{"keys": [')  # rewritten, invalid (a torn write)
+    failed = proxy.logged("event", "keyset_reload_failed")
+    assert failed["level"] == "warning" and failed["kids"] == in_force  # the last good, in force
+    assert "keyset" in failed["reason"] and failed["keyset"] == str(keyset)
+    assert samples(admin)["mrtr_state_keyset_reload_failures_total"][()] >= 1
+
+    keyset.write_bytes(good)  # repaired: one more reload, and the counts settle
+    eventually(lambda: len([e for e in proxy.log if e["event"] == "keyset_reloaded"]) == 2)
+    found = samples(admin)
+    said = [line["event"] for line in proxy.log]
+    assert found["mrtr_state_keyset_reloads_total"][()] == said.count("keyset_reloaded") == 2
+    failures = found["mrtr_state_keyset_reload_failures_total"][()]
+    eventually(lambda: [e["event"] for e in proxy.log].count("keyset_reload_failed") == failures)
+    assert found["mrtr_state_keyset_reload_error"][()] == 0
 
 
 def test_readiness_follows_the_upstream(tmp_path: Path) -> None:
@@ -143,8 +191,11 @@ def test_readiness_follows_the_upstream(tmp_path: Path) -> None:
         assert warned[0]["level"] == "warning"  # at start-up
         status, body, _ = admin_get(admin, "/readyz")
         assert status == 503 and "upstream: http://127.0.0.1" in body.decode()
+        assert samples(admin)["mrtr_state_proxy_ready"][()] == 0  # the scrape asks the same
         with serving(ScriptedUpstream(), port=upstream_port):
             assert admin_get(admin, "/readyz")[0] == 200
+            assert samples(admin)["mrtr_state_proxy_ready"][()] == 1
+        assert samples(admin)["mrtr_state_proxy_ready"][()] == 0  # gone again: not a cache
     finally:
         assert proxy.stop() == 0
 

@@ -17,7 +17,6 @@ import base64
 import json
 import math
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from mrtr_state.envelopes.mcp_rb import canonical_json, ruby_arguments_digest
 from mrtr_state.keyset import Key
 
 from .conftest import NOW
+from .helpers import program
 
 PEERS = Path(__file__).resolve().parent / "peers"
 RB_SECRET = bytes(range(32))
@@ -72,11 +72,7 @@ class Peer:
         self.process.stdout.close()
 
 
-def _peer(program: str, command: list[str]) -> Iterator[Peer]:
-    if shutil.which(program) is None:
-        if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
-            pytest.fail(f"{program} is missing: .ci/run installs it from Debian")
-        pytest.skip(f"{program} is needed (apt-get install ruby php-cli)")
+def _peer(command: list[str]) -> Iterator[Peer]:
     peer = Peer(command)
     yield peer
     peer.close()
@@ -84,12 +80,12 @@ def _peer(program: str, command: list[str]) -> Iterator[Peer]:
 
 @pytest.fixture(scope="module")
 def ruby() -> Iterator[Peer]:
-    yield from _peer("ruby", ["ruby", str(PEERS / "ruby_peer.rb")])
+    yield from _peer([program("ruby", "ruby"), str(PEERS / "ruby_peer.rb")])
 
 
 @pytest.fixture(scope="module")
 def php() -> Iterator[Peer]:
-    yield from _peer("php", ["php", str(PEERS / "php_peer.php")])
+    yield from _peer([program("php", "php-cli"), str(PEERS / "php_peer.php")])
 
 
 #: Debian's Jackson 2 (libjackson2-databind-java), the Java SDK's mapper in the vectors' runs.
@@ -100,20 +96,19 @@ JACKSON = [
 
 @pytest.fixture(scope="module")
 def java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
+    javac = program("javac", "default-jdk-headless")
     missing = [jar.name for jar in JACKSON if not jar.exists()]
-    if shutil.which("javac") is None or missing:
+    if missing:
+        reason = f"Jackson 2 is missing ({missing}): apt-get install libjackson2-databind-java"
         if os.environ.get("MRTR_STATE_TEST_PROFILE") == "ci":
-            pytest.fail(f"javac or Jackson 2 is missing ({missing}): .ci/run installs them")
-        pytest.skip(
-            "javac and Jackson 2 are needed (apt-get install default-jdk-headless "
-            "libjackson2-databind-java)"
-        )
+            pytest.fail(f"{reason}: .ci/run installs it")
+        pytest.skip(reason)
     classes = tmp_path_factory.mktemp("java-peer")
     path = ":".join(str(jar) for jar in JACKSON)
-    subprocess.run(
-        ["javac", "-cp", path, "-d", str(classes), str(PEERS / "JavaPeer.java")], check=True
-    )
-    yield from _peer("java", ["java", "-cp", f"{classes}:{path}", "JavaPeer"])
+    peer_source = PEERS / "JavaPeer.java"
+    subprocess.run([javac, "-cp", path, "-d", str(classes), str(peer_source)], check=True)
+    java = program("java", "default-jdk-headless")
+    yield from _peer([java, "-cp", f"{classes}:{path}", "JavaPeer"])
 
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=10)

@@ -14,6 +14,8 @@ import pytest
 import mrtr_state as ms
 from mrtr_state.keyset import Key
 
+from .helpers import program
+
 HERE = Path(__file__).resolve().parent
 KEY = "ts-" + "k" * 45
 
@@ -21,17 +23,17 @@ KEY = "ts-" + "k" * 45
 @pytest.fixture(scope="module")
 def sdk_folder() -> Path:
     """Where @modelcontextprotocol/server is installed: .ci/run's, or one npm installs here."""
+    program("node", "nodejs")  # every test of the SDK runs it
     given = os.environ.get("MRTR_STATE_TEST_TS_SDK")
     if given:
         return Path(given)
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("Node.js and npm are needed for the TypeScript SDK tests")
+    npm = program("npm", "npm")
     folder = Path.home() / ".cache" / "mrtr-state-tests" / "ts-sdk-2.4.0"
     if not (folder / "node_modules" / "@modelcontextprotocol" / "server").exists():
         folder.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [
-                "npm",
+                npm,
                 "install",
                 "--silent",
                 "--no-audit",

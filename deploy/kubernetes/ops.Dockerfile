@@ -20,6 +20,7 @@ RUN apt-get update \
 # commit gives the same image.
 COPY deploy/kubernetes/ops-requirements.txt pyproject.toml README.md LICENSE /src/
 COPY mrtr_state /src/mrtr_state
+COPY docs/man/mrtr-state.1 /src/docs/man/mrtr-state.1
 RUN pip install --no-cache-dir --require-hashes --only-binary=:all: -r /src/ops-requirements.txt \
     && pip install --no-cache-dir --no-deps --no-build-isolation /src && rm -rf /src
 COPY deploy /opt/mrtr-state/deploy

@@ -114,8 +114,22 @@ class LazyGroup(ErrorMappingGroup):
 
 # --- the group ------------------------------------------------------------------------------
 
+#: The last thing ``mrtr-state --help`` says (and the man page's SHELL COMPLETION): how to turn
+#: on click's completion, as docs/cli.md gives it.
+COMPLETION_HELP = """\b
+Shell completion of commands, options and key ids:
+  bash, in ~/.bashrc:  eval "$(_MRTR_STATE_COMPLETE=bash_source mrtr-state)"
+  zsh, in ~/.zshrc:    eval "$(_MRTR_STATE_COMPLETE=zsh_source mrtr-state)"
+  fish:  _MRTR_STATE_COMPLETE=fish_source mrtr-state \\
+           > ~/.config/fish/completions/mrtr-state.fish
+"""
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=COMPLETION_HELP,
+)
 @click.option(
     "--keyset",
     "-k",

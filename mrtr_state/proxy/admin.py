@@ -6,7 +6,8 @@
                    upstream or the state or replay store cannot be used (or takes over two
                    seconds to answer), or the proxy is shutting down; answered within 0.2 s,
                    from the look it starts or the latest one
-    GET /metrics   Prometheus text (see :mod:`mrtr_state.proxy.metrics`)
+    GET /metrics   Prometheus text (see :mod:`mrtr_state.proxy.metrics`); its
+                   ``mrtr_state_proxy_ready`` is worked out at each scrape as /readyz is
 
 Keep it off the network clients reach: it says which keys are in use and whether the keyset is
 healthy. It serves nothing else: ``HEAD`` answers as ``GET`` without the body (load balancers
@@ -81,6 +82,7 @@ class AdminApp:
                 send, 503 if reasons else 200, json.dumps(body).encode(), b"application/json"
             )
         elif scope["path"] == "/metrics":
+            self.metrics.ready(not await self.not_ready())  # mrtr_state_proxy_ready, as /readyz
             text, kind = self.metrics.exposition()
             await _answer(send, 200, text, kind.encode("ascii"))
         else:

@@ -12,11 +12,20 @@ a key id of the keyset), never a principal, a token or a request's text.
     mrtr_state_proxy_store_seconds         a request's waits on its state or replay store
     mrtr_state_proxy_state_store_failures_total   store operations that failed (--state-store,
                                                   or --once's replay store)
+    mrtr_state_proxy_ready                 1 when /readyz would answer 200, else 0 (worked out
+                                           at each scrape, by the same checks)
+    mrtr_state_keyset_reloads_total        looks at the keyset file that left a good keyset in
+                                           force after a change or a failure (keyset_reloaded)
     mrtr_state_keyset_reload_failures_total    failed re-reads of the keyset file
+                                               (keyset_reload_failed)
     mrtr_state_keyset_reload_error             1 while the file cannot be used (the last good
                                                keyset stays in force), else 0
     mrtr_state_keyset_keys{kid, alg, status}   1 for each key of the keyset in force (the
-                                               three keyset metrics: with a keyset only)
+                                               keyset metrics: with a keyset only)
+
+The ``event`` label and the ``--json-log`` lines use the same words for the same events:
+``sealed``, ``opened``, ``refused``; a keyset reload is ``keyset_reloaded`` or
+``keyset_reload_failed`` in the log, counted by the two keyset counters.
 
 Needs ``prometheus_client`` (the ``proxy`` extra); nothing else in mrtr-state imports this module.
 """
@@ -26,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -47,6 +56,12 @@ class _KeysetCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         keyset = self._keyset
+        reloads = CounterMetricFamily(
+            "mrtr_state_keyset_reloads",
+            "Looks at the keyset file that left a good keyset in force after a change or a failure",
+        )
+        reloads.add_metric([], keyset.reloads)
+        yield reloads
         failures = CounterMetricFamily(
             "mrtr_state_keyset_reload_failures",
             "Failed re-reads of the keyset file (the last good keyset stayed in force)",
@@ -76,7 +91,7 @@ class ProxyMetrics:
         self.registry = CollectorRegistry()
         self._states = Counter(
             "mrtr_state_proxy_states",
-            "requestStates sealed, opened (verified) or refused, by format and reason",
+            "requestStates sealed, opened or refused, by format and reason",
             ["event", "format", "reason"],
             registry=self.registry,
         )
@@ -109,6 +124,11 @@ class ProxyMetrics:
             "Operations on the state store that failed (each failed its round closed)",
             registry=self.registry,
         )
+        self._ready = Gauge(
+            "mrtr_state_proxy_ready",
+            "1 when the proxy is ready for traffic (/readyz answers 200), else 0",
+            registry=self.registry,
+        )
         if keyset is not None:  # a proxy giving out handles needs no keyset
             self.registry.register(_KeysetCollector(keyset))
         self.observe_work = self._work.observe
@@ -118,6 +138,11 @@ class ProxyMetrics:
     def state(self, event: str, format: str, reason: str) -> None:
         """One state sealed (``sealed``), opened (``opened``) or ``refused``."""
         self._states.labels(event, format, reason).inc()
+
+    def ready(self, ready: bool) -> None:
+        """Whether the proxy is ready now: set just before each scrape is answered, from the
+        checks ``/readyz`` makes (so the gauge is never older than the scrape reading it)."""
+        self._ready.set(1 if ready else 0)
 
     def store_failed(self) -> None:
         """An operation on the state store failed (the round it served failed closed)."""

@@ -248,6 +248,11 @@ class _JsonLogHandler(logging.Handler):
         self._sink = sink
 
     def emit(self, record: logging.LogRecord) -> None:
+        named = getattr(record, "event", None)
+        if isinstance(named, str):  # a record naming its event (the keyset's reloads) and facts
+            level = "error" if record.levelno >= logging.ERROR else record.levelname.lower()
+            self._sink({"event": named, "level": level, **getattr(record, "facts", {})})
+            return
         event = "refused" if "Invalid HTTP request" in record.getMessage() else "server"
         if event == "refused":
             facts: dict[str, Any] = {"status": 400, "reason": "the HTTP parser refused the request"}
@@ -289,10 +294,11 @@ def serve(
     else:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("mrtr-state proxy: %(message)s"))
-    for name in ("uvicorn", "mrtr_state"):
+    # mrtr_state's info records too: a keyset reloaded is said, as a failed reload is
+    for name, least in (("uvicorn", logging.WARNING), ("mrtr_state", logging.INFO)):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
-        logger.setLevel(logging.WARNING)
+        logger.setLevel(least)
         logger.propagate = False
     common: dict[str, Any] = {
         "ws": "none",
