@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         decode_secret,
         encode_secret,
         read_secret,
+        text_secret,
         write_secret_file,
     )
     from .keyset_store import listed_without_kek
@@ -115,6 +116,7 @@ __all__ = [
     "secret_rule",
     "set_kek_prompter",
     "terminal_json",
+    "text_secret",
     "timeline",
     "url_shown",
     "verify_handle",
@@ -152,6 +154,7 @@ _WHERE = {
     "decode_secret": ("keyfile", "decode_secret"),
     "encode_secret": ("keyfile", "encode_secret"),
     "read_secret": ("keyfile", "read_secret"),
+    "text_secret": ("keyfile", "text_secret"),
     "write_secret_file": ("keyfile", "write_secret_file"),
     "listed_without_kek": ("keyset_store", "listed_without_kek"),
     "Change": ("lifecycle", "Change"),

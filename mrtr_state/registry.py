@@ -64,10 +64,13 @@ class KeyAlgorithm:
     operator's, of :data:`SDK_SECRET_BYTES` length. ``kid``: how the key id follows from the
     secret (and, with ``sdk_kid``, from the SDK's own key id that its tokens carry), if it does;
     else the keyset chooses it. ``own``: one of mrtr-state's own formats' (``keys init`` makes
-    one of each). ``format``: the name of the entry that uses it.
+    one of each). ``text``: the SDK is given its secret as text (a string it encodes as UTF-8,
+    read from an environment variable), so the secret is that text, byte for byte, and a secret
+    file's one final line break is the file's, not the secret's. ``format``: the name of the
+    entry that uses it.
     """
 
-    __slots__ = ("exact", "format", "kid", "name", "own", "sdk_kid")
+    __slots__ = ("exact", "format", "kid", "name", "own", "sdk_kid", "text")
 
     def __init__(
         self,
@@ -77,12 +80,14 @@ class KeyAlgorithm:
         kid: KidRule | None = None,
         own: bool = False,
         sdk_kid: bool = False,
+        text: bool = False,
     ) -> None:
         self.name = name
         self.exact = exact
         self.kid = kid
         self.own = own
         self.sdk_kid = sdk_kid
+        self.text = text
         self.format = ""  # set by the entry that names it
 
     def __repr__(self) -> str:
@@ -149,14 +154,14 @@ _TABLE = (
         "mcp-py",
         "mcp_py:McpPyWire",
         "mcp_py:McpPyEnvelope",
-        KeyAlgorithm("mcp-py-v1", kid=mcp_py_kid),
+        KeyAlgorithm("mcp-py-v1", kid=mcp_py_kid, text=True),
         _prefixed("v1", 0),
     ),
     _Entry(
         "mcp-ts",
         "mcp_ts:McpTsWire",
         "mcp_ts:McpTsEnvelope",
-        KeyAlgorithm("mcp-ts-v1", kid=named_by_secret(b"mrtr-state/mcp-ts/kid:")),
+        KeyAlgorithm("mcp-ts-v1", kid=named_by_secret(b"mrtr-state/mcp-ts/kid:"), text=True),
         _prefixed("v1", 1),
         _SIGNED_ONLY,
     ),

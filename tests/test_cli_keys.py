@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
+from mrtr_state.keyset import Key
 
 from .helpers import raw_secret, run
 
@@ -287,3 +288,93 @@ def test_an_inline_keyset_from_the_environment_is_read_only(path: Path, tmp_path
     run("--keyset", str(other), "verify", token, env=inline, code=1)
     broken = run("verify", token, env={"MRTR_STATE_KEYSET_JSON": "{"}, code=6)
     assert broken.stderr.startswith("error: MRTR_STATE_KEYSET_JSON is not valid JSON")
+
+
+# --- the SDKs' text secrets: mcp-py-v1 and mcp-ts-v1 -------------------------------------------
+
+#: What `openssl rand -hex 32` or the Python SDK's `secrets.token_hex(32)` prints: the SDKs use
+#: these 64 characters themselves as the secret, never the 32 bytes they spell.
+SDK_TEXT = "3f9a" * 16
+
+
+def _import_text(path: Path, alg: str, data: bytes, *extra: str, code: int = 0) -> Any:
+    secret = path.parent / "sdk-secret.txt"
+    secret.write_bytes(data)
+    command = ("keys", "import", "--alg", alg, "--secret-file", str(secret), *extra)
+    return run("--keyset", str(path), *command, code=code), secret
+
+
+@pytest.mark.parametrize("alg", ["mcp-py-v1", "mcp-ts-v1"])
+@pytest.mark.parametrize(("ending", "named"), [(b"\n", "LF"), (b"\r\n", "CRLF"), (b"", None)])
+def test_a_text_secret_files_final_line_break_is_dropped_with_a_note(
+    tmp_path: Path, alg: str, ending: bytes, named: str | None
+) -> None:
+    path = tmp_path / "keyset.json"
+    done, secret = _import_text(path, alg, SDK_TEXT.encode() + ending, "--json")
+    note = (
+        f"note: dropped the line break ({named}) that ends {secret}: an {alg} secret is the "
+        "text the SDK is given\n"
+    )
+    assert done.stderr == (note if named else "")
+    kid = json.loads(done.stdout)["kid"]
+    key = ms.Keyset.load(path).get(kid)
+    assert key is not None and key.secret == SDK_TEXT.encode()
+    assert kid == ms.Keyset([Key.from_secret(alg, SDK_TEXT.encode())]).primary(alg).kid
+
+
+def test_a_text_secret_on_stdin_and_in_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    command = ("--keyset", str(path), "keys", "import", "--alg", "mcp-ts-v1")
+    piped = run(*command, "--secret-file", "-", input=SDK_TEXT + "\n")
+    assert piped.stderr == (
+        "note: dropped the line break (LF) that ends stdin: an mcp-ts-v1 secret is the text the "
+        "SDK is given\n"
+    )
+    # a variable is taken exactly as the SDK reads it: a line break it holds is the SDK's too
+    held = SDK_TEXT + "0\n"
+    env = run(*command, "--secret-env", "SDK_KEY", "--json", env={"SDK_KEY": held})
+    assert env.stderr == ""
+    key = ms.Keyset.load(path).get(json.loads(env.stdout)["kid"])
+    assert key is not None and key.secret == held.encode()
+
+
+def test_a_text_secret_is_refused_where_what_the_sdk_was_given_cannot_be_told(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keyset.json"
+    done, secret = _import_text(path, "mcp-py-v1", SDK_TEXT.encode() + b"\n\n", code=2)
+    assert done.stderr.splitlines()[-1] == (
+        f"error: the secret text in {secret} ends with more than one line break: write the "
+        'SDK\'s secret on one line (echo "$SECRET" > FILE)'
+    )
+    done, secret = _import_text(path, "mcp-ts-v1", b"\r\n", code=2)
+    assert done.stderr.splitlines()[-1] == f"error: the secret in {secret} is empty"
+    # too short: no --encoding advice, which would make another key than the SDK's
+    done, secret = _import_text(path, "mcp-py-v1", b"0123456789abcdef\n", "--json", code=2)
+    message = (
+        f"mcp-py-v1 needs 32..4096 secret bytes; {secret} holds 16 (the SDK uses the secret's "
+        "text itself, so import exactly the text it is given; make one with: openssl rand -hex "
+        "32)"
+    )
+    assert done.stderr.splitlines()[-1] == f"error: {message}"
+    assert "--encoding" not in done.stderr
+    assert json.loads(done.stdout) == {
+        "error": {"code": "usage", "message": message, "exit_code": 2}
+    }
+    assert not path.exists()
+    # a raw key's length error still names --encoding: decoding such text gives that key
+    done, secret = _import_text(path, "A256GCM", SDK_TEXT.encode(), code=2)
+    assert done.stderr.splitlines()[-1] == (
+        f"error: A256GCM needs exactly 32 secret bytes; {secret} holds 64 (if it holds base64 "
+        "or hex text, say so with --encoding base64 or --encoding hex)"
+    )
+
+
+def test_a_text_secret_given_to_its_sdk_as_bytes_is_imported_with_its_encoding(
+    tmp_path: Path,
+) -> None:
+    """A server given `bytes.fromhex(...)` uses the 32 bytes: --encoding hex is that key."""
+    path = tmp_path / "keyset.json"
+    done, _secret = _import_text(path, "mcp-py-v1", SDK_TEXT.encode() + b"\n", "--encoding", "hex")
+    assert done.stderr == ""
+    assert ms.Keyset.load(path).primary("mcp-py-v1").secret == bytes.fromhex(SDK_TEXT)

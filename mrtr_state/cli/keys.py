@@ -31,6 +31,7 @@ from .._cli_api import (
     sdk_kid_problem,
     secret_length_ok,
     secret_rule,
+    text_secret,
     write_secret_file,
 )
 from . import _render
@@ -237,7 +238,8 @@ def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
 @click.option(
     "--secret-file",
     metavar="FILE|-",
-    help="File holding the secret (raw bytes exactly, or text as --encoding says), or - for stdin.",
+    help="File holding the secret, or - for stdin: raw bytes exactly (mcp-py-v1 and mcp-ts-v1: "
+    "the text the SDK is given, one final line break dropped), or text as --encoding says.",
 )
 @click.option(
     "--secret-env",
@@ -270,7 +272,9 @@ def keys_import(
     """Import a secret made elsewhere; creates the keyset if it is missing.
 
     The key becomes primary when its algorithm has none (or with --primary), pending otherwise.
-    Secrets are read from a file or stdin, never from the command line.
+    Secrets are read from a file or stdin, never from the command line. The Python and
+    TypeScript SDKs (mcp-py-v1, mcp-ts-v1) use their secret's text as it is: import that text,
+    not a decoding of it (a file's final line break is dropped, with a note).
 
     \b
     Examples:
@@ -289,21 +293,27 @@ def keys_import(
     if problem is not None:
         raise click.UsageError(problem)
     limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
+    source = secret_file or f"${secret_env}"
+    text = KEY_ALGORITHMS[alg].text and encoding == "raw"
     if secret_file is not None:
         secret = read_secret(secret_file, sys.stdin.buffer, limit)
-    else:
+        if text:  # the SDK's text, as its environment variable holds it: no final line break
+            secret, dropped = text_secret(secret, _named(secret_file))
+            if dropped is not None:
+                click.echo(
+                    f"note: dropped the line break ({dropped}) that ends {_named(secret_file)}: "
+                    f"an {alg} secret is the text the SDK is given",
+                    err=True,
+                )
+    else:  # taken as the SDK would read it: the variable's text exactly
         secret = _env_secret(str(secret_env))
-    source = secret_file or f"${secret_env}"
-    secret = decode_secret(secret, encoding, source)
+    if not text:
+        secret = decode_secret(secret, encoding, source)
     if not secret_length_ok(alg, secret):
-        wanted = secret_rule(alg)
-        hint = (
-            " (if it holds base64 or hex text, say so with --encoding base64 or --encoding hex)"
-            if encoding == "raw"
-            else ""
+        raise click.UsageError(
+            f"{alg} needs {secret_rule(alg)} secret bytes; {source} holds {len(secret)}"
+            + _length_hint(alg, encoding)
         )
-        held = len(secret)
-        raise click.UsageError(f"{alg} needs {wanted} secret bytes; {source} holds {held}{hint}")
     imported: list[Key] = []
 
     def add(current: Keyset) -> Keyset:
@@ -321,6 +331,25 @@ def keys_import(
     else:
         named = "" if key.sdk_kid is None else f" (rmcp key id {key.sdk_kid!r})"
         click.echo(f"imported {key.alg} key {key.kid}{named} as {key.status} into {path}")
+
+
+def _named(secret_file: str) -> str:
+    """A secret file as messages name it (``-`` is stdin)."""
+    return "stdin" if secret_file == "-" else secret_file
+
+
+def _length_hint(alg: str, encoding: str) -> str:
+    """What to try when a secret has the wrong length: ``--encoding`` only where decoding the
+    text gives the key its SDK uses (a raw key written down as text), never for an SDK that is
+    given the text itself, whose key those characters are."""
+    if KEY_ALGORITHMS[alg].text:
+        return (
+            " (the SDK uses the secret's text itself, so import exactly the text it is given; "
+            "make one with: openssl rand -hex 32)"
+        )
+    if encoding == "raw":
+        return " (if it holds base64 or hex text, say so with --encoding base64 or --encoding hex)"
+    return ""
 
 
 def _env_secret(name: str) -> bytes:
