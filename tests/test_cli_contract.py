@@ -270,7 +270,7 @@ def test_keys_add_and_promote_dry_runs_leave_the_file_as_it_was(ks: Path) -> Non
     )
     assert changes["dry_run"] is True and changes["changes"][0]["kid"] == pending
     # the refusal a real run would meet is met by the dry run too
-    run(*k, "keys", "promote", "--dry-run", pending, code=2)
+    run(*k, "keys", "promote", "--dry-run", pending, code=75)  # not yet
     assert ks.read_bytes() == before
     run(*k, "keys", "promote", "--force", pending)
     assert ks.read_bytes() != before

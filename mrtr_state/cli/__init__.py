@@ -145,7 +145,8 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | N
       mrtr-state inspect "$TOKEN"
 
     Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
-    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 130 interrupted.
+    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 75 not yet (retry
+    later), 130 interrupted.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
     from .._cli_api import set_kek_prompter

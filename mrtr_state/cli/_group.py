@@ -6,6 +6,7 @@ them when a command needs settings or keys.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -75,6 +76,9 @@ _REMEDIES = {
     "encrypt_keyset": "if this is intended, encrypt it with: mrtr-state keys encrypt --kek {kek}",
     "list_keys": "see: mrtr-state keys list",
     "use_state_store": "give the store's URL with --state-store URL",
+    "promote_later": (
+        "wait for it with: mrtr-state keys promote --wait {key} (or promote it now with --force)"
+    ),
 }
 
 
@@ -88,6 +92,7 @@ def error_text(err: MrtrStateError) -> str:
         alg=facts.get("alg", "ALG"),
         kek=facts.get("kek", "URI"),
         kid=" --kid KID" if facts.get("sdk_kid") else "",
+        key=facts.get("key", "KID"),
     )
     return f"{err}; {hint}"
 
@@ -114,15 +119,18 @@ class Output:
 OUTPUT = Output()
 
 
-def report_failure(message: str, code: str, exit_code: int) -> None:
+def report_failure(
+    message: str, code: str, exit_code: int, details: Mapping[str, Any] | None = None
+) -> None:
     """Say a failure: one ``error:`` line on stderr, and with --json one object on stdout
-    (unless the command has already written its own object for this outcome)."""
+    (unless the command has already written its own object for this outcome). ``details``:
+    the error's facts for scripts, beside its code in the JSON (e.g. how long to wait)."""
     shown = printable(message)
     click.echo(f"error: {shown}", err=True)
     if OUTPUT.json and not OUTPUT.emitted:
         from .._cli_api import json_dumps, terminal_json
 
-        failure = {"code": code, "message": shown, "exit_code": exit_code}
+        failure = {"code": code, "message": shown, "exit_code": exit_code, **(details or {})}
         click.echo(terminal_json(json_dumps({"error": failure})))
         OUTPUT.emitted = True
 
@@ -168,7 +176,7 @@ class ErrorMappingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MrtrStateError as err:
-            report_failure(error_text(err), err.code, err.exit_code)
+            report_failure(error_text(err), err.code, err.exit_code, err.details)
             ctx.exit(err.exit_code)
         except ValueError as err:  # the library's word for a bad argument: a usage error
             raise click.UsageError(printable(str(err))) from None

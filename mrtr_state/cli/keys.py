@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .. import Key, Keyset, KeysetError, UnknownKeyId
+from .. import Key, Keyset, KeysetError, PropagationPending, UnknownKeyId
 from .. import _cli_api as life
 from .._cli_api import (
     KEY_ALGORITHMS,
@@ -404,31 +404,69 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
     is_flag=True,
     help="Promote a pending key before its propagation delay has passed.",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If KID's propagation delay has not passed yet, sleep until it has, then promote "
+    "(Ctrl-C stops the wait and writes nothing).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 @json_option
 @pass_app
-def keys_promote(app: App, kid: str, force: bool, dry_run: bool, as_json: bool) -> None:
+def keys_promote(app: App, kid: str, force: bool, wait: bool, dry_run: bool, as_json: bool) -> None:
     """Make pending key KID the primary; the old primary becomes active (verify-only).
 
     Promote only once every replica has the keyset that holds KID: a key pending for less than
-    the propagation delay (config 'propagation', default 1h) is refused unless --force. An
+    the propagation delay (config 'propagation', default 1h) is not promoted yet, exit 75 (retry
+    later, with the time left), unless --force; --wait sleeps until then and promotes. An
     active key (a roll-back) is promoted at once.
 
     \b
     Examples:
       mrtr-state keys promote 1a2b3c4d --dry-run
       mrtr-state keys promote 1a2b3c4d
+      mrtr-state keys promote --wait "$(mrtr-state keys add --json | jq -r .kid)"
     """
+    if wait and (force or dry_run):
+        raise click.UsageError(
+            "--wait waits out the propagation delay and then writes: give it without "
+            f"{'--force' if force else '--dry-run'}"
+        )
     settings = app.settings()
     path = app.writable_path(settings)
-    wait = None if force else settings.propagation
+    delay = None if force else settings.propagation
+    if wait:
+        _wait_until_promotable(path, kid, delay, app.kek(settings))
     _step(
         path,
-        lambda current: life.promote(current, kid, now=_now(), propagation=wait),
+        lambda current: life.promote(current, kid, now=_now(), propagation=delay),
         dry_run=dry_run,
         as_json=as_json,
         kek=app.kek(settings),
     )
+
+
+def _wait_until_promotable(path: Path, kid: str, delay: int | None, kek: Kek | None) -> None:
+    """Sleep until pending key ``kid`` may be promoted (at once if it may be now). Nothing is
+    written while waiting, so Ctrl-C (exit 130) leaves the keyset as it was; any other refusal
+    (an unknown or retired key) ends the wait at once."""
+    told = False
+    while True:
+        keyset = Keyset.load(path, reload_interval=None, kek=kek)
+        try:
+            life.promote(keyset, kid, now=_now(), propagation=delay)
+        except PropagationPending as early:
+            if not told:
+                until = time.strftime("%H:%M:%S UTC", time.gmtime(early.promotable_at))
+                click.echo(
+                    f"waiting {format_duration(early.seconds_left)} (until {until}) for the "
+                    f"propagation delay of key {kid}; Ctrl-C stops and writes nothing",
+                    err=True,
+                )
+                told = True
+            time.sleep(early.seconds_left)
+            continue
+        return
 
 
 @keys.command("retire")
