@@ -52,6 +52,20 @@ class Setting:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "source": self.source}
 
+    @property
+    def text(self) -> str | None:
+        """The value as a config file would write it, or None: a duration (whole seconds in
+        ``value`` and --json) as ``5m``, not 300."""
+        if self.value is None:
+            return None
+        from .config import _DURATIONS
+
+        if self.name in _DURATIONS and type(self.value) is int:
+            from .durations import duration_as_written
+
+            return duration_as_written(self.value)
+        return str(self.value)
+
 
 @dataclass(frozen=True)
 class Check:

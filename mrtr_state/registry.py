@@ -43,6 +43,7 @@ __all__ = [
     "Format",
     "KeyAlgorithm",
     "Shape",
+    "carries_audience",
     "derived_kid",
     "format_named",
     "key_algorithm_of",
@@ -323,6 +324,13 @@ def _attribute(package: str, where: str) -> type:
 
 
 _loaded: dict[str, Format] = {}
+
+
+def carries_audience(format_name: str) -> bool:
+    """Whether tokens of the format called ``format_name`` can be bound to an audience."""
+    from .binding import AUDIENCE
+
+    return bool(format_named(format_name).envelope.carries & AUDIENCE)
 
 
 def format_named(name: str) -> Format:

@@ -65,9 +65,9 @@ def test_an_unknown_key_id_is_exit_2(ks: Path, command: tuple[str, ...]) -> None
     refused = run("--keyset", str(ks), *command, code=2)
     assert f"{ks} has no key deadbeef; see: mrtr-state keys list" in refused.stderr
     assert refused.stdout == ""
-    if command[1] != "export":  # export has no --json
-        answer = json.loads(run("--keyset", str(ks), *command, "--json", code=2).stdout)
-        assert answer["error"]["code"] == "unknown_key_id"
+    as_json = ("--json", "--encoding", "hex") if command[1] == "export" else ("--json",)
+    answer = json.loads(run("--keyset", str(ks), *command, *as_json, code=2).stdout)
+    assert answer["error"]["code"] == "unknown_key_id"
     assert ks.read_bytes() == before
 
 
@@ -276,6 +276,85 @@ def test_keys_add_and_promote_dry_runs_leave_the_file_as_it_was(ks: Path) -> Non
     assert ks.read_bytes() != before
 
 
+# --- --json for keys export, seal and unseal ---------------------------------------------------
+
+
+def test_keys_export_json_says_what_was_written_where_and_never_the_secret_unasked(
+    ks: Path, tmp_path: Path
+) -> None:
+    key = ms.Keyset.load(ks).primary("A256GCM")
+    out = tmp_path / "exported.hex"
+    written = run("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out))
+    assert written.stderr == f"wrote the secret of A256GCM key {key.kid} to {out} (mode 0600)\n"
+    out.unlink()
+    done = run(
+        *("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out)),
+        *("--encoding", "hex", "--json"),
+    )
+    assert json.loads(done.stdout) == {
+        "keyset": str(ks),
+        "kid": key.kid,
+        "alg": "A256GCM",
+        "format": "aead",
+        "encoding": "hex",
+        "secret_bytes": 32,
+        "written_to": str(out),
+        "secret": None,
+    }
+    assert done.stderr == "" and key.secret.hex() not in done.stdout
+    assert out.read_text() == key.secret.hex() + "\n" and out.stat().st_mode & 0o777 == 0o600
+    asked = run(
+        "--keyset", str(ks), "keys", "export", key.kid, "--stdout", "--json", "--encoding", "hex"
+    )
+    assert json.loads(asked.stdout) == {
+        **json.loads(done.stdout),
+        "written_to": "stdout",
+        "secret": key.secret.hex(),
+    }
+    raw = run("--keyset", str(ks), "keys", "export", key.kid, "--stdout", "--json", code=2)
+    message = (
+        "--json --stdout puts the secret in a JSON string, which raw bytes are not: give "
+        "--encoding base64 or --encoding hex"
+    )
+    assert raw.stderr.splitlines()[-1] == f"error: {message}"
+    assert json.loads(raw.stdout) == {
+        "error": {"code": "usage", "message": message, "exit_code": 2}
+    }
+    again = run("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out), "--json", code=2)
+    assert json.loads(again.stdout)["error"]["message"] == (
+        f"{out} exists; exported secrets never overwrite a file"
+    )
+    assert out.read_text() == key.secret.hex() + "\n"
+
+
+def test_seal_and_unseal_json(ks: Path) -> None:
+    keyset = ms.Keyset.load(ks)
+    sealed = json.loads(run("--keyset", str(ks), "seal", "--json", input=b"\x00opaque\xff").stdout)
+    assert set(sealed) == {"token", "format", "kid", "payload_bytes"}
+    assert sealed["format"] == "aead" and sealed["payload_bytes"] == 8
+    assert sealed["kid"] == keyset.primary("A256GCM").kid
+    assert ms.unseal(keyset, sealed["token"]) == b"\x00opaque\xff"
+    opened = json.loads(run("--keyset", str(ks), "unseal", "--json", sealed["token"]).stdout)
+    assert opened == {
+        "payload_base64url": "AG9wYXF1Zf8",
+        "payload_bytes": 8,
+        "format": "aead",
+        "kid": sealed["kid"],
+    }
+    jws = json.loads(run("--keyset", str(ks), "seal", "-f", "jws", "--json", input=b"x").stdout)
+    assert jws["kid"] == keyset.primary("HS256").kid
+    assert (
+        json.loads(run("--keyset", str(ks), "unseal", "--json", jws["token"]).stdout)["format"]
+        == "jws"
+    )
+    # failures: one object, the error's
+    forged = sealed["token"][:-2] + ("AA" if not sealed["token"].endswith("AA") else "BB")
+    refused = run("--keyset", str(ks), "unseal", "--json", forged, code=1)
+    assert json.loads(refused.stdout)["error"]["code"] == "bad_signature"
+    too_big = run("--keyset", str(ks), "seal", "--json", input=b"x" * 9000, code=2)
+    assert json.loads(too_big.stdout)["error"]["code"] == "usage"
+
+
 # --- shell completion of key ids ---------------------------------------------------------------
 
 
@@ -352,7 +431,33 @@ def test_config_show_says_where_each_setting_came_from(ks: Path, tmp_path: Path)
     assert found["format"] == {"name": "format", "value": "aead", "source": "default"}
     assert found["config"]["value"] == str(config)
     text = run("--keyset", str(ks), "config", "show", "--config", str(config), env=env).stdout
-    assert "ttl_cap       1800  (MRTR_STATE_TTL_CAP)" in text
+    assert "ttl_cap       30m  (MRTR_STATE_TTL_CAP)" in text
+
+
+def test_config_show_writes_durations_as_a_config_file_does_and_json_in_seconds(
+    ks: Path,
+) -> None:
+    from mrtr_state.durations import parse_duration
+
+    env = {"MRTR_STATE_RETENTION": "3661", "MRTR_STATE_ROTATE_EVERY": "7d"}
+    text = run("--keyset", str(ks), "config", "show", env=env).stdout
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()}
+    shown = json.loads(run("--keyset", str(ks), "config", "show", "--json", env=env).stdout)
+    seconds = {item["name"]: item["value"] for item in shown["settings"]}
+    durations = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every", "max_skew")
+    assert {name: rows[name] for name in durations} == {
+        "ttl": "5m",
+        "ttl_cap": "1h",
+        "propagation": "1h",
+        "retention": "1h1m1s",
+        "rotate_every": "7d",
+        "max_skew": "5m",
+    }
+    for name in durations:  # each as it is written, and read back as the seconds --json gives
+        assert type(seconds[name]) is int and parse_duration(rows[name]) == seconds[name]
+    assert rows["max_size"] == "8192" and seconds["max_size"] == 8192  # bytes, not a duration
+    uncapped = run("--keyset", str(ks), "config", "show", env={"MRTR_STATE_TTL_CAP": "none"})
+    assert "ttl_cap       none  (MRTR_STATE_TTL_CAP)" in uncapped.stdout
 
 
 def test_config_show_never_prints_a_store_password(ks: Path) -> None:

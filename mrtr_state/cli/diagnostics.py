@@ -43,7 +43,8 @@ def config_group() -> None:
 @pass_app
 def config_show(app: App, as_json: bool) -> None:
     """Print each effective setting, its value and where it came from: a flag, the
-    environment, the config file, or the default. Secrets never appear here (a KEK is a URI
+    environment, the config file, or the default. Durations are shown as they are written
+    (5m, 1h30m), and in whole seconds with --json. Secrets never appear here (a KEK is a URI
     that names where its secret is; a store URL is shown without its password).
 
     \b
@@ -60,7 +61,8 @@ def config_show(app: App, as_json: bool) -> None:
 
     width = max(len(item.name) for item in shown)
     for item in shown:
-        value = "-" if item.value is None else printable(str(item.value))
+        text = item.text
+        value = "-" if text is None else printable(text)
         click.echo(f"{item.name:<{width}}  {value}  ({printable(item.source)})")
 
 

@@ -368,32 +368,59 @@ def _env_secret(name: str) -> bytes:
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Write the secret to stdout instead.")
 @_encoding_option("How to write it: raw bytes, base64url text or hex text.")
+@json_option
 @pass_app
-def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str) -> None:
+def keys_export(
+    app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str, as_json: bool
+) -> None:
     """Export the secret of key KID, for an interoperability check or an SDK's key ring.
 
     A secret leaves the keyset only where you say: a new 0600 file (--out) or stdout (--stdout),
     never by default. Prefer importing it where it is needed over keeping exported copies.
+    --json says what was written where; the secret is in it ("secret", as --encoding base64 or
+    hex writes it) only with --stdout.
 
     \b
     Examples:
       mrtr-state keys export 1a2b3c4d --out /run/secrets/sdk-key
       mrtr-state keys export 1a2b3c4d --stdout --encoding base64 | kubectl create secret ...
+      mrtr-state keys export 1a2b3c4d --out key.hex --encoding hex --json
     """
     if (out is None) == (not to_stdout):
         raise click.UsageError("give exactly one of --out FILE or --stdout")
+    if as_json and to_stdout and encoding == "raw":
+        raise click.UsageError(
+            "--json --stdout puts the secret in a JSON string, which raw bytes are not: "
+            "give --encoding base64 or --encoding hex"
+        )
     settings = app.settings()
     keyset = app.keyset(settings)
     key = keyset.get(kid)
     if key is None:
         raise UnknownKeyId(f"{settings.keyset_source} has no key {kid}").needing("list_keys")
     data = encode_secret(key.secret, encoding)
+    report: dict[str, Any] = {
+        "keyset": settings.keyset_source,
+        "kid": kid,
+        "alg": key.alg,
+        "format": key.format,
+        "encoding": encoding,
+        "secret_bytes": len(key.secret),
+        "written_to": "stdout" if out is None else str(out),
+        "secret": None,  # never, unless --stdout asked for the secret itself
+    }
     if to_stdout:
+        if as_json:
+            emit_json({**report, "secret": data.decode("ascii").strip()})
+            return
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     assert out is not None
     write_secret_file(out, data)
+    if as_json:
+        emit_json(report)
+        return
     click.echo(f"wrote the secret of {key.alg} key {kid} to {out} (mode 0600)", err=True)
 
 
