@@ -177,6 +177,8 @@ class RedisHandleStore:
         self._script: Any = self._client.register_script(TAKE_SCRIPT)
         self._checked_at = -math.inf
         self._problem: str | None = None
+        #: the server's clock minus this host's, in seconds, as last read (None: not yet)
+        self.clock_offset: float | None = None
 
     def _error(self, doing: str, err: Exception | str) -> StateStoreError:
         from ._redis import shown
@@ -189,6 +191,7 @@ class RedisHandleStore:
     def _judge(self, infos: Any, server_time: tuple[int, int], before: float, after: float) -> None:
         seconds, micros = server_time
         offset = seconds + micros / 1e6 - (before + after) / 2
+        self.clock_offset = offset
         problems = (_server_problem(m, offset, self.max_skew) for m in _memories(infos))
         self._problem = next((p for p in problems if p is not None), None)
         self._checked_at = time.monotonic()

@@ -550,3 +550,103 @@ def test_the_man_page_is_what_the_click_commands_make_now() -> None:
     for needed in (".TH MRTR\\-STATE 1", '.SS "mrtr-state keys promote"', "\\-\\-dry\\-run"):
         assert needed in page
     assert ".SH EXIT STATUS" in page and "130" in page
+
+
+# --- doctor --state-store: the state-handle store, as the replay store is checked ---------------
+
+
+def _checks(report: dict[str, object]) -> dict[str, dict[str, str]]:
+    checks: list[dict[str, str]] = report["checks"]  # type: ignore[assignment]
+    return {check["name"]: check for check in checks}
+
+
+def test_doctor_checks_a_state_store_on_a_real_redis(ks: Path) -> None:
+    import re
+
+    import redis
+
+    from .helpers import private_redis
+
+    k = ("--keyset", str(ks), "doctor")
+    with private_redis() as (_server, url):
+        healthy = json.loads(run(*k, "--state-store", url, "--json").stdout)
+        found = _checks(healthy)
+        assert healthy["ok"] is True and list(found)[-2:] == ["state store", "state store clock"]
+        assert found["state store"]["status"] == "ok"
+        assert re.fullmatch(
+            re.escape(url) + r" reachable, keeps records until they expire, round trip "
+            r"\d+\.\d\d ms",
+            found["state store"]["detail"],
+        )
+        assert found["state store clock"]["status"] == "ok"
+        assert re.search(
+            r"; [+-]\d\.\d{3} s from the state store's$", found["state store clock"]["detail"]
+        )
+        text = run(*k, "--state-store", url).stdout
+        assert re.search(r"^state store        ok  ", text, re.MULTILINE)
+        assert re.search(r"^keyset             ok  ", text, re.MULTILINE)
+        # a clock beyond max_skew (none allowed: no two clocks read the same microsecond)
+        skewed = run(*k, "--state-store", url, "--json", env={"MRTR_STATE_MAX_SKEW": "0"}, code=6)
+        found = _checks(json.loads(skewed.stdout))
+        assert found["state store clock"]["status"] == "failed"
+        assert re.search(
+            r"the state store's clock reads [+-]0\.0 s from this host's, beyond max_skew 0 s: "
+            r"fix the clocks \(NTP\)$",
+            found["state store clock"]["detail"],
+        )
+        assert found["state store"]["detail"].startswith(
+            f"state store {url}: cannot keep records: the server's clock reads "
+        )
+        # an eviction policy that could drop a record before its retry
+        admin = redis.Redis.from_url(url)
+        admin.config_set("maxmemory", "100mb")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        admin.close()
+        evicting = run(*k, "--state-store", url, "--json", code=6)
+        found = _checks(json.loads(evicting.stdout))
+        assert found["state store"] == {
+            "name": "state store",
+            "status": "failed",
+            "detail": f"state store {url}: cannot keep records: the server may evict records "
+            "before they expire (maxmemory 104857600, maxmemory-policy allkeys-lru); set "
+            "maxmemory-policy noeviction",
+        }
+        assert found["state store clock"]["status"] == "ok"  # read all the same
+        assert evicting.stderr == "error: doctor: 1 check failed: state store\n"
+    # the server gone: unreachable, and no clock to read
+    gone = run(*k, "--state-store", url, "--json", code=6)
+    found = _checks(json.loads(gone.stdout))
+    assert found["state store"]["status"] == "failed"
+    assert found["state store"]["detail"].startswith(f"state store {url}: cannot be reached: ")
+    assert found["state store clock"] == {
+        "name": "state store clock",
+        "status": "skipped",
+        "detail": "the state store's clock could not be read",
+    }
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        (
+            "redis://127.0.0.1:6379/abc",
+            "state store redis://127.0.0.1:6379/abc: the database is a number: redis://HOST:PORT/N",
+        ),
+        ("ftp://nowhere", "unknown state store 'ftp://nowhere': use memory: or a redis:// URL"),
+    ],
+)
+def test_doctor_refuses_a_state_store_url_it_cannot_use(ks: Path, url: str, detail: str) -> None:
+    done = run("--keyset", str(ks), "doctor", "--state-store", url, "--json", code=6)
+    found = _checks(json.loads(done.stdout))
+    assert found["state store"] == {"name": "state store", "status": "failed", "detail": detail}
+    assert found["state store clock"]["status"] == "skipped"
+
+
+def test_doctor_without_a_state_store_lists_no_state_store_check(ks: Path) -> None:
+    plain = _checks(json.loads(run("--keyset", str(ks), "doctor", "--json").stdout))
+    assert "state store" not in plain and len(plain) == 6
+    memory = json.loads(
+        run("--keyset", str(ks), "doctor", "--state-store", "memory:", "--json").stdout
+    )
+    assert _checks(memory)["state store"]["status"] == "ok"
+    assert _checks(memory)["state store clock"]["status"] == "skipped"

@@ -67,14 +67,23 @@ def config_show(app: App, as_json: bool) -> None:
 
 
 @click.command("doctor")
+@click.option(
+    "--state-store",
+    metavar="URL",
+    help="Check this state-handle store too, as proxy --state-store uses it: redis://..., "
+    "redis+cluster://..., redis+sentinel://..., unix://...",
+)
 @json_option
 @pass_app
-def doctor_cmd(app: App, as_json: bool) -> None:
+def doctor_cmd(app: App, state_store: str | None, as_json: bool) -> None:
     """Check the keyset, its file mode and primary keys, the KEK, the replay store and the clock.
 
     The keyset must load (under its KEK, if any), its file be mode 0600, the configured format
     have a primary key, the replay store answer, and this host's clock agree with the store's
-    within max_skew. Every check runs; exit 6 when any fails.
+    within max_skew. With --state-store URL, the state-handle store too: it must answer, keep
+    records until they expire (maxmemory-policy noeviction, or no maxmemory), and have a clock
+    within max_skew of this host's; its round-trip time is reported. Every check runs; exit 6
+    when any fails.
 
     Reads, never writes: a missing sqlite replay store is reported, not created.
 
@@ -82,9 +91,10 @@ def doctor_cmd(app: App, as_json: bool) -> None:
     Examples:
       mrtr-state doctor
       mrtr-state -k /etc/mcp/keyset.json doctor --json | jq '.checks[] | select(.status=="failed")'
+      mrtr-state doctor --state-store redis://10.0.0.7:6379/0
     """
     settings = app.settings()
-    checks = diagnose(settings, app.kek(settings))
+    checks = diagnose(settings, app.kek(settings), state_store=state_store)
     failed = [check for check in checks if check.status == "failed"]
     if as_json:
         emit_json(
@@ -98,9 +108,10 @@ def doctor_cmd(app: App, as_json: bool) -> None:
         from .._cli_api import printable
 
         marks = {"ok": click.style("ok", fg="green"), "failed": click.style("FAILED", fg="red")}
+        width = max(12, *(len(check.name) for check in checks))
         for check in checks:
             mark = marks.get(check.status, check.status)
-            click.echo(f"{check.name:<13} {mark}  {printable(check.detail)}")
+            click.echo(f"{check.name:<{width}}  {mark}  {printable(check.detail)}")
     if failed:
         names = ", ".join(check.name for check in failed)
         counted = "1 check" if len(failed) == 1 else f"{len(failed)} checks"
