@@ -97,26 +97,60 @@ def error_text(err: MrtrStateError) -> str:
     return f"{err}; {hint}"
 
 
+#: The members a command's --json keeps on every outcome, as a failure gives them (beside its
+#: "error"): its verdict, so that a script reads one member whatever happened. Every other
+#: command's failure is {"error": {...}} alone (docs/cli.md lists each command's shape).
+FAILURE_MEMBERS: dict[str, dict[str, Any]] = {
+    "verify": {"valid": False},
+    "doctor": {"ok": False, "settings": [], "checks": []},  # none read, none run
+    "audit": {"clean": False},
+}
+
+#: The top-level options that take a value (the word after them is not the command).
+_VALUED = ("--keyset", "-k", "--config", "--kek")
+
+
 class Output:
     """What this run has promised its caller on stdout: with ``--json``, exactly one JSON object
-    per outcome, a failure included. Reset at the start of every run (tests run many in one
-    process)."""
+    per outcome, a failure included, in the command's shape. Reset at the start of every run
+    (tests run many in one process)."""
 
-    __slots__ = ("emitted", "json")
+    __slots__ = ("command", "emitted", "json")
 
     def __init__(self) -> None:
         self.json = False  # --json was asked for
         self.emitted = False  # a JSON object has been written for this outcome
+        self.command: str | None = None  # the command named, as typed
 
     def reset(self, args: list[str]) -> None:
-        # --json is seen in the arguments as typed, so that a mistake click finds while parsing
-        # (before any option's value is known) is answered in JSON too
+        # --json and the command are seen in the arguments as typed, so that a mistake click
+        # finds while parsing (before any option's value is known) is answered in the
+        # command's JSON shape too
         before_end = args[: args.index("--")] if "--" in args else args
         self.json = "--json" in before_end
         self.emitted = False
+        self.command = _command_named(before_end)
+
+
+def _command_named(args: list[str]) -> str | None:
+    """The command in ``args``: the first word that is neither an option nor the value of a
+    top-level option (the group takes no other arguments)."""
+    words = iter(args)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 OUTPUT = Output()
+
+
+def failure_object(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """The one --json object of a failed outcome of this run's command: its verdict member
+    (:data:`FAILURE_MEMBERS`), if it has one, beside ``error``."""
+    return {**FAILURE_MEMBERS.get(OUTPUT.command or "", {}), "error": dict(failure)}
 
 
 def report_failure(
@@ -131,7 +165,7 @@ def report_failure(
         from .._cli_api import json_dumps, terminal_json
 
         failure = {"code": code, "message": shown, "exit_code": exit_code, **(details or {})}
-        click.echo(terminal_json(json_dumps({"error": failure})))
+        click.echo(terminal_json(json_dumps(failure_object(failure))))
         OUTPUT.emitted = True
 
 

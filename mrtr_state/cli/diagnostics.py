@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .._cli_api import build_info, diagnose, effective_settings
@@ -96,14 +98,24 @@ def doctor_cmd(app: App, state_store: str | None, as_json: bool) -> None:
     settings = app.settings()
     checks = diagnose(settings, app.kek(settings), state_store=state_store)
     failed = [check for check in checks if check.status == "failed"]
+    problem = None
+    if failed:
+        names = ", ".join(check.name for check in failed)
+        counted = "1 check" if len(failed) == 1 else f"{len(failed)} checks"
+        problem = f"doctor: {counted} failed: {names}"
     if as_json:
-        emit_json(
-            {
-                "ok": not failed,
-                "settings": [item.to_dict() for item in effective_settings(settings)],
-                "checks": [check.to_dict() for check in checks],
+        report: dict[str, Any] = {
+            "ok": not failed,
+            "settings": [item.to_dict() for item in effective_settings(settings)],
+            "checks": [check.to_dict() for check in checks],
+        }
+        if problem is not None:  # a failure's object says so, as every command's does
+            report["error"] = {
+                "code": "doctor_failed",
+                "message": problem,
+                "exit_code": DOCTOR_FAILED,
             }
-        )
+        emit_json(report)
     else:
         from .._cli_api import printable
 
@@ -112,7 +124,5 @@ def doctor_cmd(app: App, state_store: str | None, as_json: bool) -> None:
         for check in checks:
             mark = marks.get(check.status, check.status)
             click.echo(f"{check.name:<{width}}  {mark}  {printable(check.detail)}")
-    if failed:
-        names = ", ".join(check.name for check in failed)
-        counted = "1 check" if len(failed) == 1 else f"{len(failed)} checks"
-        fail(f"doctor: {counted} failed: {names}", DOCTOR_FAILED, "doctor_failed")
+    if problem is not None:
+        fail(problem, DOCTOR_FAILED, "doctor_failed")

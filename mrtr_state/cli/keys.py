@@ -228,7 +228,8 @@ def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
         else:
             click.echo(f"would add a {key.status} {key.alg} key {_RUN_TIME_KID} to {path}")
     elif as_json:
-        emit_json({"keyset": str(path), "dry_run": False, **key.describe()})
+        described = {**key.describe(), "kid_chosen_at_run_time": False}
+        emit_json({"keyset": str(path), "dry_run": False, **described})
     else:
         click.echo(f"added {key.status} {key.alg} key {key.kid} to {path}")
 
@@ -768,7 +769,7 @@ def rotate(
     created: list[life.Change] = []
     if init_if_missing and not path.exists():
         if dry_run:
-            click.echo(f"would create {path}", err=True)
+            _would_create(path, algs or OWN_ALGORITHMS, as_json)
             return
         created = _create_if_missing(path, algs or OWN_ALGORITHMS, app.kek(settings))
     _step(
@@ -788,6 +789,25 @@ def rotate(
         before=created,
         kek=app.kek(settings),
     )
+
+
+def _would_create(path: Path, algs: tuple[str, ...], as_json: bool) -> None:
+    """``rotate --init-if-missing --dry-run`` with no keyset: what a real run would create (a
+    primary per algorithm, under ids a real run draws), in rotate's own shape."""
+    if not as_json:
+        click.echo(f"would create {path}", err=True)
+        return
+    changes = [
+        {
+            "action": "init",
+            "kid": None,
+            "kid_chosen_at_run_time": True,
+            "alg": alg,
+            "detail": "new primary: mints",
+        }
+        for alg in algs
+    ]
+    emit_json({"keyset": str(path), "dry_run": True, "changes": changes, "next_due": []})
 
 
 def _create_if_missing(path: Path, algs: tuple[str, ...], kek: Kek | None) -> list[life.Change]:

@@ -160,8 +160,10 @@ def _no_configured_audience(settings: Any) -> None:
     )
 
 
-def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
-    return {"valid": True, "claims": claims_dict}
+def _verify_result(claims_dict: dict[str, Any], taken: bool) -> dict[str, Any]:
+    """verify's --json answer for an accepted token: ``taken`` says whether this verification
+    used it up (--once: redeemed in the replay store; a handle: taken from its store)."""
+    return {"valid": True, "taken": taken, "claims": claims_dict}
 
 
 class _Unusable(MrtrStateError):
@@ -301,14 +303,15 @@ def verify_cmd(
 
     # a line may carry surrounding whitespace: allow a little over the token cap
     limit = settings.policy.max_size + 256
+    json_line = _JsonLine(taken=store is not None)
     if source == "-":
         if jsonl:
             per_line = _JsonlChecks(keyset, options, as_json)
             code = _verify_lines(
-                per_line.check, limit * 2, _json_line if as_json else _state_line, raw=True
+                per_line.check, limit * 2, json_line if as_json else _state_line, raw=True
             )
         elif as_json:
-            code = _verify_lines(checked, limit, _json_line)
+            code = _verify_lines(checked, limit, json_line)
         else:
             code = _verify_lines(printed, limit, _state_line)
         raise click.exceptions.Exit(code)
@@ -323,16 +326,22 @@ def verify_cmd(
             emit_json({"valid": False, "error": failure_json(err)})
         fail(error_text(err), err.exit_code, err.code)
     if as_json:
-        emit_json(_verify_result(claims.to_dict()))
+        emit_json(_verify_result(claims.to_dict(), taken=store is not None))
     else:
         if isinstance(claims.state, bytes):
             click.echo("note: the payload is not JSON; printed as base64url", err=True)
         click.echo(terminal_json(shown))
 
 
-def _json_line(result: Any, number: int) -> str:
-    claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
-    return json_report({"line": number, **_verify_result(claims.to_dict())})
+class _JsonLine:
+    """A batch line's --json answer for an accepted token, under its line number."""
+
+    def __init__(self, *, taken: bool) -> None:
+        self.taken = taken
+
+    def __call__(self, result: Any, number: int) -> str:
+        claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
+        return json_report({"line": number, **_verify_result(claims.to_dict(), self.taken)})
 
 
 def _state_line(result: tuple[Claims, str], number: int) -> str:
@@ -403,7 +412,7 @@ def _verify_lines(
     verifying, not in the text layer's per-write encoding. ``raw`` hands each line to ``check``
     as bytes (``--jsonl``). Stdin with no token on any line is a usage error (exit 2).
     """
-    as_json = render is _json_line
+    as_json = isinstance(render, _JsonLine)
     worst = 0
     tokens = 0
     sys.stdout.flush()
@@ -687,7 +696,7 @@ def _verify_handle(
     finally:
         store.close()
     if as_json:
-        emit_json({"valid": True, "taken": once, "claims": claims.to_dict()})
+        emit_json(_verify_result(claims.to_dict(), taken=once))
     else:
         from .._cli_api import json_dumps
 
