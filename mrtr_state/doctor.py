@@ -285,12 +285,15 @@ def _state_store(settings: Settings, url: str, now: float) -> list[Check]:
         store = open_handle_store(url, max_skew=settings.max_skew)
     except (StateStoreError, ValueError) as err:
         return [Check(name, "failed", str(err)), Check(clock, "skipped", "no store to ask")]
+    offset: float | None = None
+    rtt: float | None = None
     try:
-        problem = store.probe()
+        problem = store.probe()  # reachable, evicting nothing, a clock within max_skew
         offset = store.clock_offset
-        rtt = None if problem is not None else _round_trip(store)
+        if problem is None:
+            rtt = _round_trip(store)
     except StateStoreError as err:
-        problem, rtt = str(err), None
+        problem = str(err)
     finally:
         store.close()
     if offset is None:
