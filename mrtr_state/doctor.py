@@ -52,6 +52,20 @@ class Setting:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "source": self.source}
 
+    @property
+    def text(self) -> str | None:
+        """The value as a config file would write it, or None: a duration (whole seconds in
+        ``value`` and --json) as ``5m``, not 300."""
+        if self.value is None:
+            return None
+        from .config import _DURATIONS
+
+        if self.name in _DURATIONS and type(self.value) is int:
+            from .durations import duration_as_written
+
+            return duration_as_written(self.value)
+        return str(self.value)
+
 
 @dataclass(frozen=True)
 class Check:
@@ -101,9 +115,16 @@ def _without_password(url: str) -> str:
     return shown(url) if url.startswith(("redis", "rediss", "unix")) else url
 
 
-def diagnose(settings: Settings, kek: Kek | None, *, now: float | None = None) -> list[Check]:
+def diagnose(
+    settings: Settings,
+    kek: Kek | None,
+    *,
+    now: float | None = None,
+    state_store: str | None = None,
+) -> list[Check]:
     """Every check, in order: the keyset loads (under its KEK), its file's mode, its primary
-    keys, the KEK, the replay store, and this host's clock against the store's."""
+    keys, the KEK, the replay store, and this host's clock against the store's; with
+    ``state_store`` (a URL, as ``proxy --state-store`` takes it), that store and its clock too."""
     checks: list[Check] = []
     keyset, problem = _load(settings, kek)
     checks.append(
@@ -116,7 +137,10 @@ def diagnose(settings: Settings, kek: Kek | None, *, now: float | None = None) -
     checks.append(_kek(settings, keyset, problem))
     store_check, offset = _store(settings)
     checks.append(store_check)
-    checks.append(_clock(settings, offset, time.time() if now is None else now))
+    at = time.time() if now is None else now
+    checks.append(_clock(settings, offset, at))
+    if state_store is not None:
+        checks.extend(_state_store(settings, state_store, at))
     return checks
 
 
@@ -224,15 +248,71 @@ def _store(settings: Settings) -> tuple[Check, float | None]:
     return Check("replay store", "ok", f"{shown} reachable"), offset
 
 
-def _clock(settings: Settings, offset: float | None, now: float) -> Check:
+def _clock(
+    settings: Settings, offset: float | None, now: float, *, of: str = "replay store"
+) -> Check:
+    """This host's clock against the store's (``offset``: the store's minus this host's)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
     if offset is None:
         return Check("clock", "skipped", f"{stamp}; no store clock to compare it with")
-    if abs(offset) > settings.max_skew:
+    if not abs(offset) <= settings.max_skew:
         return Check(
             "clock",
             "failed",
-            f"{stamp}; the replay store's clock reads {offset:+.1f} s from this host's, beyond "
+            f"{stamp}; the {of}'s clock reads {offset:+.1f} s from this host's, beyond "
             f"max_skew {settings.max_skew} s: fix the clocks (NTP)",
         )
-    return Check("clock", "ok", f"{stamp}; {offset:+.3f} s from the replay store's")
+    return Check("clock", "ok", f"{stamp}; {offset:+.3f} s from the {of}'s")
+
+
+def _state_store(settings: Settings, url: str, now: float) -> list[Check]:
+    """The state-handle store, reached as ``proxy --state-store`` and ``verify --state-store``
+    reach it (the package's Redis client), through its own readiness probe: it answers, it keeps
+    records until they expire (no eviction policy that may drop one), its clock is within
+    max_skew of this host's. Then its round-trip time (a read of a key no record has), and its
+    clock. Reads and writes nothing else."""
+    from .errors import StateStoreError
+    from .handle_store import open_handle_store
+    from .state.redis.url import shown
+
+    name, clock = "state store", "state store clock"
+    if url in ("memory:", "memory://"):
+        return [
+            Check(name, "ok", "memory: (this process only: no other process reads its records)"),
+            Check(clock, "skipped", "memory: has no clock of its own"),
+        ]
+    try:
+        store = open_handle_store(url, max_skew=settings.max_skew)
+    except (StateStoreError, ValueError) as err:
+        return [Check(name, "failed", str(err)), Check(clock, "skipped", "no store to ask")]
+    offset: float | None = None
+    rtt: float | None = None
+    try:
+        problem = store.probe()  # reachable, evicting nothing, a clock within max_skew
+        offset = store.clock_offset
+        if problem is None:
+            rtt = _round_trip(store)
+    except StateStoreError as err:
+        problem = str(err)
+    finally:
+        store.close()
+    if offset is None:
+        clock_check = Check(clock, "skipped", "the state store's clock could not be read")
+    else:
+        clock_check = _clock(settings, offset, now, of="state store")
+        clock_check = Check(clock, clock_check.status, clock_check.detail)
+    if problem is not None:
+        return [Check(name, "failed", problem), clock_check]
+    detail = f"{shown(url)} reachable, keeps records until they expire, round trip {rtt:.2f} ms"
+    return [Check(name, "ok", detail), clock_check]
+
+
+def _round_trip(store: Any) -> float:
+    """The store's round-trip time in milliseconds: the quickest of three reads of a key no
+    record is filed under (records' keys are digests), each one command."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        store.peek("mrtr-state:doctor:round-trip")
+        times.append((time.perf_counter() - started) * 1000)
+    return min(times)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["duration_as_written", "format_duration", "parse_duration"]
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _PART = r"(\d+)([dhms])"  # compiled on first use (re's cache): not on every command's start-up
@@ -34,3 +34,17 @@ def format_duration(seconds: float) -> str:
         if len(parts) == 2 or (parts and whole == 0):
             break
     return " ".join(parts)
+
+
+def duration_as_written(seconds: int) -> str:
+    """``seconds`` exactly, as a person writes it in a config file: ``5m``, ``1h30m``, ``30d``,
+    ``1h1s`` (every unit, no spaces): what :func:`parse_duration` reads back as ``seconds``."""
+    if seconds == 0:
+        return "0s"
+    parts = []
+    left = seconds
+    for name, size in _UNITS.items():
+        if left >= size:
+            parts.append(f"{left // size}{name}")
+            left %= size
+    return "".join(parts)

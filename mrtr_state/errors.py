@@ -50,6 +50,7 @@ __all__ = [
     "NotYetValid",
     "OversizedToken",
     "PrincipalMismatch",
+    "PropagationPending",
     "ReplayStoreError",
     "Replayed",
     "RequestMismatch",
@@ -68,7 +69,8 @@ __all__ = [
 #: ``import_key`` (alg, and sdk_kid "needed" for keyring keys: the keyset holds no usable key of
 #: an SDK's algorithm); ``encrypt_keyset`` (kek: a plain keyset where a KEK is configured);
 #: ``list_keys`` (a key id the keyset does not hold); ``use_state_store`` (a state handle given
-#: where a token was expected).
+#: where a token was expected); ``promote_later`` (key: a pending key promoted before its
+#: propagation delay).
 REMEDIES = frozenset(
     {
         "create_keyset",
@@ -79,6 +81,7 @@ REMEDIES = frozenset(
         "encrypt_keyset",
         "list_keys",
         "use_state_store",
+        "promote_later",
     }
 )
 
@@ -92,6 +95,12 @@ class MrtrStateError(Exception):
     #: What would put it right, if the operator can: an action of :data:`REMEDIES` and the
     #: facts it needs (e.g. ``("add_key", {"alg": "A256GCM"})``), or None.
     remedy: tuple[str, Mapping[str, str]] | None = None
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """Facts of this error for a machine to act on (a front end's JSON), beyond its code and
+        message: none, unless the class says otherwise."""
+        return {}
 
     def needing(self, action: str, **facts: str) -> Self:
         """This error, naming the remedy ``action`` (one of :data:`REMEDIES`) with ``facts``:
@@ -309,6 +318,41 @@ class ReplayStoreError(MrtrStateError):
 
     code = "replay_store_error"
     exit_code = 6
+
+
+# --- not yet: the same call succeeds later (exit 75, EX_TEMPFAIL) ------------------------------
+
+
+class PropagationPending(MrtrStateError, ValueError):
+    """A pending key asked to become primary before its propagation delay has passed: replicas
+    that have not loaded it yet would refuse every token it mints. Nothing is wrong, it is early:
+    the same promotion succeeds in :attr:`seconds_left` seconds (at :attr:`promotable_at`).
+
+    Also a ``ValueError``, what :func:`mrtr_state.lifecycle.promote` raised for it before.
+    """
+
+    code = "propagation_pending"
+    exit_code = 75
+
+    def __init__(self, message: str, *, kid: str, promotable_at: int, now: int) -> None:
+        super().__init__(message)
+        self.kid = kid
+        #: Unix seconds from which the key may be promoted.
+        self.promotable_at = promotable_at
+        #: How long that is from the ``now`` the promotion was tried at (at least 1).
+        self.seconds_left = max(1, promotable_at - now)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        import time
+
+        at_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.promotable_at))
+        return {
+            "kid": self.kid,
+            "seconds_left": self.seconds_left,
+            "promotable_at": self.promotable_at,
+            "promotable_at_utc": at_utc,
+        }
 
 
 #: The JSON-RPC error code of a missing client capability (MCP 2026-07-28).

@@ -184,6 +184,23 @@ class RedisHandleStore:
     def _error(self, doing: str, err: Exception | str) -> StateStoreError:
         return StateStoreError(f"state store {self._shown}: cannot {doing}: {err}")
 
+    @property
+    def clock_offset(self) -> float | None:
+        """The server's clock minus this host's, in seconds, as last read (None: not yet)."""
+        for _, watch in self._links.values():
+            if watch.looked:
+                offset: float = watch.offset
+                return offset
+        return None
+
+    def _failed(self, doing: str, err: Exception) -> StateStoreError:
+        """A command's failure; a server refused when its connection opened is named as what
+        it cannot do (keep records until their time), not as unreachable."""
+        _, watch = self._link()
+        if watch.problem is not None:
+            return self._error("keep records", watch.problem)
+        return self._error(doing, err)
+
     async def _call(self, doing: str, key: str, *args: Any) -> Any:
         from .state.backend import waited
         from .state.redis.client import StoreFailure
@@ -193,7 +210,7 @@ class RedisHandleStore:
         try:
             return await router.call(key.encode(), *args)
         except StoreFailure as err:
-            raise self._error(doing, err) from None
+            raise self._failed(doing, err) from None
         finally:
             waited(time.perf_counter() - started)
 
@@ -208,7 +225,7 @@ class RedisHandleStore:
             try:
                 await watch.look(router)
             except StoreFailure as err:
-                raise self._error("read the server's policy and clock", err) from None
+                raise self._failed("read the server's policy and clock", err) from None
             finally:
                 waited(time.perf_counter() - started)
         if watch.problem is not None:
@@ -245,7 +262,7 @@ class RedisHandleStore:
                 await node.call("PING")
             await self._check()
         except StoreFailure as err:
-            return str(self._error("be reached", err))
+            return str(self._failed("be reached", err))
         except StateStoreError as err:
             return str(err)
         return None

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._encoding import MAX_DEPTH, EncodingError, json_loads
 from ._surrogates import refuse_lone_surrogate
-from .errors import BadSignature, InvalidToken
+from .errors import BadSignature, InvalidToken, MalformedToken
 from .policy import DEFAULT_POLICY, Policy
 from .registry import Shape, shape_of, token_text
 
 if TYPE_CHECKING:
     from .formats import Anatomy
     from .keyset import Keyset
+    from .registry import Format
 
 __all__ = ["Inspection", "inspect"]
 
@@ -121,8 +122,7 @@ def inspect(
     """
     text = token_text(token, policy.max_size)
     shape = shape_of(text)
-    fmt = shape.formats[0]
-    anatomy = fmt.anatomy(text)
+    fmt, anatomy = _drawn(shape, keyset, text)
     readable = _readable_claims(anatomy)
     told = False  # whether the body told a shared shape's formats apart (not verified)
     if len(shape.formats) > 1 and readable is not None:
@@ -188,6 +188,30 @@ def inspect(
         problem=view.problem,
         notes=(*notes, *view.notes),
     )
+
+
+def _drawn(shape: Shape, keyset: Keyset | None, text: str) -> tuple[Format, Anatomy]:
+    """The anatomy of ``text``, drawn by the first format of ``shape``. A token too malformed
+    to draw is refused naming its format: of a shared shape, the one whose keys the keyset
+    holds (the one its key would have opened it as), else the shape ("mcp-php or mcp-java"),
+    never the first of them by default."""
+    fmt = shape.formats[0]
+    try:
+        return fmt, fmt.anatomy(text)
+    except MalformedToken as err:
+        if len(shape.formats) == 1:
+            raise
+        held = [
+            one
+            for one in shape.formats
+            if keyset is not None
+            and any(k.alg == one.alg and k.status != "retired" for k in keyset)
+        ]
+        if len(held) != 1:
+            raise type(err)(str(err).replace(fmt.name, shape.name, 1)) from None
+        if held[0] is fmt:
+            raise
+        return held[0], held[0].anatomy(text)  # its own refusal, naming it
 
 
 _UNSTATED_ASSOCIATED = (

@@ -388,6 +388,30 @@ def decode_secret(data: bytes, encoding: str, source: str) -> bytes:
         raise ValueError(f"the secret in {source} is not valid {encoding} text") from None
 
 
+def text_secret(data: bytes, source: str) -> tuple[bytes, str | None]:
+    """A text secret from the bytes of its file: the text, and the line break dropped from its
+    end ("LF", "CRLF"), if there was one.
+
+    An SDK that takes its secret as text (``mcp-py-v1``, ``mcp-ts-v1``) is given it from an
+    environment variable, which holds the text without the line break ``echo`` or an editor put
+    after it in a file: one final LF or CRLF is the file's, not the secret's. More than one is
+    refused (``ValueError``): what the SDK was given cannot be told then."""
+    if data.endswith(b"\r\n"):
+        text, dropped = data[:-2], "CRLF"
+    elif data.endswith(b"\n"):
+        text, dropped = data[:-1], "LF"
+    else:
+        return data, None
+    if text.endswith((b"\n", b"\r")):
+        raise ValueError(
+            f"the secret text in {source} ends with more than one line break: write the SDK's "
+            'secret on one line (echo "$SECRET" > FILE)'
+        )
+    if not text:
+        raise ValueError(f"the secret in {source} is empty")
+    return text, dropped
+
+
 def encode_secret(secret: bytes, encoding: str) -> bytes:
     """A secret written down for export: raw bytes, or a line of base64url or hex text."""
     if encoding == "raw":

@@ -153,17 +153,16 @@ class Key:
         return jwk
 
     def describe(self) -> dict[str, Any]:
-        """Everything about the key except its secret (for listings and ``--json``)."""
-        described: dict[str, Any] = {
+        """Everything about the key except its secret (for listings and ``--json``), the same
+        members for every key: ``sdk_kid`` is None but for keys whose SDK names them."""
+        return {
             "kid": self.kid,
             "alg": self.alg,
             "format": self.format,
             "status": self.status,
             "since": dict(self.since),
+            "sdk_kid": self.sdk_kid,
         }
-        if self.sdk_kid is not None:
-            described["sdk_kid"] = self.sdk_kid
-        return described
 
     @classmethod
     def from_secret(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .durations import format_duration as ago
-from .errors import KeysetInvalid, UnknownKeyId
+from .errors import KeysetInvalid, PropagationPending, UnknownKeyId
 from .keyset import ALGORITHMS, Key, Keyset
 from .policy import (
     DEFAULT_PROPAGATION,
@@ -82,8 +82,9 @@ def promote(
     """Make ``kid`` (pending, or active as a roll-back) the primary of its algorithm.
 
     The previous primary becomes active: it stops minting but keeps verifying its tokens. With
-    ``propagation``, a pending key younger than that is refused (``ValueError``): replicas that
-    have not loaded it yet would refuse every token it mints.
+    ``propagation``, a pending key younger than that is refused (:class:`PropagationPending`,
+    also a ``ValueError``, saying when it may be promoted): replicas that have not loaded it yet
+    would refuse every token it mints.
     """
     key = _find(keyset, kid)
     if key.status == "primary":
@@ -94,12 +95,14 @@ def promote(
     if propagation is not None and key.status == "pending" and pending_since is not None:
         waited = now - pending_since
         if waited < propagation:
-            raise ValueError(
-                f"key {kid} has been pending for {ago(max(0, waited))}, less than "
-                f"the propagation delay of {ago(propagation)}: replicas that have "
-                "not loaded it yet would refuse its tokens. Wait "
-                f"{ago(propagation - waited)}, or promote anyway with --force"
-            )
+            raise PropagationPending(
+                f"not yet: key {kid} has been pending for {ago(max(0, waited))}, less than "
+                f"the propagation delay of {ago(propagation)}, and replicas that have not "
+                f"loaded it yet would refuse its tokens; retry in {ago(propagation - waited)}",
+                kid=kid,
+                promotable_at=pending_since + propagation,
+                now=now,
+            ).needing("promote_later", key=kid)
     changes = [Change("promote", kid, key.alg, f"{key.status} -> primary: mints from now on")]
     changed = {kid: _entered(key, "primary", now)}
     old = next((k for k in keyset if k.alg == key.alg and k.status == "primary"), None)

@@ -49,6 +49,7 @@ __all__ = [
     "Format",
     "KeyAlgorithm",
     "Shape",
+    "carries_audience",
     "derived_kid",
     "format_named",
     "key_algorithm_of",
@@ -72,9 +73,12 @@ class KeyAlgorithm:
     else the keyset chooses it. ``own``: one of mrtr-state's own formats' (``keys init`` makes
     one of each). ``format``: the name of the entry that uses it. ``hmac``: its wire keys
     HMAC-SHA256 with the secret itself (so secrets HMAC pads or hashes alike are one key).
+    ``text``: the SDK is given its secret as text (a string it encodes as UTF-8, read from an
+    environment variable), so the secret is that text, byte for byte, and a secret file's one
+    final line break is the file's, not the secret's.
     """
 
-    __slots__ = ("exact", "format", "hmac", "kid", "name", "own", "sdk_kid")
+    __slots__ = ("exact", "format", "hmac", "kid", "name", "own", "sdk_kid", "text")
 
     def __init__(
         self,
@@ -85,6 +89,7 @@ class KeyAlgorithm:
         own: bool = False,
         sdk_kid: bool = False,
         hmac: bool = False,
+        text: bool = False,
     ) -> None:
         self.name = name
         self.exact = exact
@@ -92,6 +97,7 @@ class KeyAlgorithm:
         self.own = own
         self.sdk_kid = sdk_kid
         self.hmac = hmac
+        self.text = text
         self.format = ""  # set by the entry that names it
 
     def __repr__(self) -> str:
@@ -158,14 +164,14 @@ _TABLE = (
         "mcp-py",
         "mcp_py:McpPyWire",
         "mcp_py:McpPyEnvelope",
-        KeyAlgorithm("mcp-py-v1", kid=mcp_py_kid),
+        KeyAlgorithm("mcp-py-v1", kid=mcp_py_kid, text=True),
         _prefixed("v1", 0),
     ),
     _Entry(
         "mcp-ts",
         "mcp_ts:McpTsWire",
         "mcp_ts:McpTsEnvelope",
-        KeyAlgorithm("mcp-ts-v1", kid=named_by_secret(b"mrtr-state/mcp-ts/kid:")),
+        KeyAlgorithm("mcp-ts-v1", kid=named_by_secret(b"mrtr-state/mcp-ts/kid:"), text=True),
         _prefixed("v1", 1),
         _SIGNED_ONLY,
     ),
@@ -327,6 +333,13 @@ def _attribute(package: str, where: str) -> type:
 
 
 _loaded: dict[str, Format] = {}
+
+
+def carries_audience(format_name: str) -> bool:
+    """Whether tokens of the format called ``format_name`` can be bound to an audience."""
+    from .binding import AUDIENCE
+
+    return bool(format_named(format_name).envelope.carries & AUDIENCE)
 
 
 def format_named(name: str) -> Format:

@@ -494,6 +494,13 @@ class RedisStore:
     def _failed(self, why: object) -> ReplayStoreError:
         return ReplayStoreError(f"replay store {self._shown}: {why}")
 
+    @staticmethod
+    def _verdict(link: _Link) -> str | None:
+        """Why a server refused when its connection opened (it cannot keep what this store
+        promises), rather than "unreachable"."""
+        problem: str | None = link.watch.problem
+        return None if problem is None else f"{problem}; single use cannot be promised"
+
     async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired on this replica's clock: refused, not waved through
@@ -530,7 +537,7 @@ class RedisStore:
                     entry.encode(), "EVAL", _REDIS_REDEEM, 2, entry, meta, *args
                 )
         except StoreFailure as err:
-            raise self._failed(err) from None
+            raise self._failed(self._verdict(link) or err) from None
         finally:
             waited(time.perf_counter() - started)
         outcome, self._epoch = int(answer[0]), bytes(answer[1])
@@ -565,7 +572,7 @@ class RedisStore:
         try:
             await link.watch.look(link.router)
         except StoreFailure as err:
-            raise self._failed(err) from None
+            raise self._failed(self._verdict(link) or err) from None
         if link.watch.problem is not None:
             raise self._failed(link.watch.problem)
         return float(link.watch.offset)

@@ -155,7 +155,9 @@ def _mint(
     fmt = format_named(format)
     envelope = fmt.envelope
     if binding.kinds & ~envelope.carries:
-        raise refuse_to_mint(binding.kinds & ~envelope.carries, envelope.carries, format)
+        raise refuse_to_mint(
+            binding.kinds & ~envelope.carries, envelope.carries, format, envelope.mint_binds
+        )
     lifetime = policy.ttl if ttl is None else ttl
     if type(lifetime) is not int or not 0 < lifetime <= policy.lifetime_cap:
         raise ValueError(

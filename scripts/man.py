@@ -102,8 +102,9 @@ def render() -> str:
     lines += [
         ".SH EXIT STATUS",
         "0 valid or done; 1 rejected; 2 usage error; 3 expired or not yet valid; 4 binding "
-        "mismatch; 5 replayed; 6 keyset, config or store error; 7 proxy cannot listen; 130 "
-        "interrupted. A batch exits with its most severe line: 6, 5, 4, 1, 3, then 2.",
+        "mismatch; 5 replayed; 6 keyset, config or store error; 7 proxy cannot listen; 75 not "
+        "yet, retry later; 130 interrupted. A batch exits with its most severe line: 6, 5, 4, "
+        "1, 3, then 2.",
         ".SH SEE ALSO",
         "docs/cli.md and docs/troubleshooting.md in the mrtr\\-state repository.",
     ]

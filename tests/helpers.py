@@ -323,3 +323,26 @@ def handle_guard(store: Any, *, audience: str | None = None, log: Any = None) ->
     from mrtr_state.state import HandleBackend
 
     return StateGuard(HandleBackend(store), audience=audience, log=log)
+
+
+def documented_example(page: str, heading: str, command: str) -> tuple[list[str], list[str]]:
+    """An example of ``docs/PAGE`` under ``## HEADING``: the first ``$ `` command line starting
+    ``command`` (its ``\\`` continuations joined, split as a shell would, the program's name
+    included), and the lines it shows printed after it. Tests run it, so that what the page
+    shows is what the command does."""
+    import shlex
+
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in section.splitlines()]
+    start = next(n for n, line in enumerate(lines) if line.startswith("$ " + command))
+    joined, end = lines[start][2:], start
+    while joined.endswith("\\"):
+        end += 1
+        joined = joined[:-1] + " " + lines[end]
+    shown = []
+    for line in lines[end + 1 :]:
+        if not line or line.startswith("$ "):
+            break
+        shown.append(line)
+    return shlex.split(joined), shown

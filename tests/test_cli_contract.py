@@ -65,9 +65,9 @@ def test_an_unknown_key_id_is_exit_2(ks: Path, command: tuple[str, ...]) -> None
     refused = run("--keyset", str(ks), *command, code=2)
     assert f"{ks} has no key deadbeef; see: mrtr-state keys list" in refused.stderr
     assert refused.stdout == ""
-    if command[1] != "export":  # export has no --json
-        answer = json.loads(run("--keyset", str(ks), *command, "--json", code=2).stdout)
-        assert answer["error"]["code"] == "unknown_key_id"
+    as_json = ("--json", "--encoding", "hex") if command[1] == "export" else ("--json",)
+    answer = json.loads(run("--keyset", str(ks), *command, *as_json, code=2).stdout)
+    assert answer["error"]["code"] == "unknown_key_id"
     assert ks.read_bytes() == before
 
 
@@ -270,10 +270,89 @@ def test_keys_add_and_promote_dry_runs_leave_the_file_as_it_was(ks: Path) -> Non
     )
     assert changes["dry_run"] is True and changes["changes"][0]["kid"] == pending
     # the refusal a real run would meet is met by the dry run too
-    run(*k, "keys", "promote", "--dry-run", pending, code=2)
+    run(*k, "keys", "promote", "--dry-run", pending, code=75)  # not yet
     assert ks.read_bytes() == before
     run(*k, "keys", "promote", "--force", pending)
     assert ks.read_bytes() != before
+
+
+# --- --json for keys export, seal and unseal ---------------------------------------------------
+
+
+def test_keys_export_json_says_what_was_written_where_and_never_the_secret_unasked(
+    ks: Path, tmp_path: Path
+) -> None:
+    key = ms.Keyset.load(ks).primary("A256GCM")
+    out = tmp_path / "exported.hex"
+    written = run("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out))
+    assert written.stderr == f"wrote the secret of A256GCM key {key.kid} to {out} (mode 0600)\n"
+    out.unlink()
+    done = run(
+        *("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out)),
+        *("--encoding", "hex", "--json"),
+    )
+    assert json.loads(done.stdout) == {
+        "keyset": str(ks),
+        "kid": key.kid,
+        "alg": "A256GCM",
+        "format": "aead",
+        "encoding": "hex",
+        "secret_bytes": 32,
+        "written_to": str(out),
+        "secret": None,
+    }
+    assert done.stderr == "" and key.secret.hex() not in done.stdout
+    assert out.read_text() == key.secret.hex() + "\n" and out.stat().st_mode & 0o777 == 0o600
+    asked = run(
+        "--keyset", str(ks), "keys", "export", key.kid, "--stdout", "--json", "--encoding", "hex"
+    )
+    assert json.loads(asked.stdout) == {
+        **json.loads(done.stdout),
+        "written_to": "stdout",
+        "secret": key.secret.hex(),
+    }
+    raw = run("--keyset", str(ks), "keys", "export", key.kid, "--stdout", "--json", code=2)
+    message = (
+        "--json --stdout puts the secret in a JSON string, which raw bytes are not: give "
+        "--encoding base64 or --encoding hex"
+    )
+    assert raw.stderr.splitlines()[-1] == f"error: {message}"
+    assert json.loads(raw.stdout) == {
+        "error": {"code": "usage", "message": message, "exit_code": 2}
+    }
+    again = run("--keyset", str(ks), "keys", "export", key.kid, "--out", str(out), "--json", code=2)
+    assert json.loads(again.stdout)["error"]["message"] == (
+        f"{out} exists; exported secrets never overwrite a file"
+    )
+    assert out.read_text() == key.secret.hex() + "\n"
+
+
+def test_seal_and_unseal_json(ks: Path) -> None:
+    keyset = ms.Keyset.load(ks)
+    sealed = json.loads(run("--keyset", str(ks), "seal", "--json", input=b"\x00opaque\xff").stdout)
+    assert set(sealed) == {"token", "format", "kid", "payload_bytes"}
+    assert sealed["format"] == "aead" and sealed["payload_bytes"] == 8
+    assert sealed["kid"] == keyset.primary("A256GCM").kid
+    assert ms.unseal(keyset, sealed["token"]) == b"\x00opaque\xff"
+    opened = json.loads(run("--keyset", str(ks), "unseal", "--json", sealed["token"]).stdout)
+    assert opened == {
+        "payload_base64url": "AG9wYXF1Zf8",
+        "payload_bytes": 8,
+        "format": "aead",
+        "kid": sealed["kid"],
+    }
+    jws = json.loads(run("--keyset", str(ks), "seal", "-f", "jws", "--json", input=b"x").stdout)
+    assert jws["kid"] == keyset.primary("HS256").kid
+    assert (
+        json.loads(run("--keyset", str(ks), "unseal", "--json", jws["token"]).stdout)["format"]
+        == "jws"
+    )
+    # failures: one object, the error's
+    forged = sealed["token"][:-2] + ("AA" if not sealed["token"].endswith("AA") else "BB")
+    refused = run("--keyset", str(ks), "unseal", "--json", forged, code=1)
+    assert json.loads(refused.stdout)["error"]["code"] == "bad_signature"
+    too_big = run("--keyset", str(ks), "seal", "--json", input=b"x" * 9000, code=2)
+    assert json.loads(too_big.stdout)["error"]["code"] == "usage"
 
 
 # --- shell completion of key ids ---------------------------------------------------------------
@@ -360,7 +439,33 @@ def test_config_show_says_where_each_setting_came_from(ks: Path, tmp_path: Path)
     assert found["format"] == {"name": "format", "value": "aead", "source": "default"}
     assert found["config"]["value"] == str(config)
     text = run("--keyset", str(ks), "config", "show", "--config", str(config), env=env).stdout
-    assert "ttl_cap       1800  (MRTR_STATE_TTL_CAP)" in text
+    assert "ttl_cap       30m  (MRTR_STATE_TTL_CAP)" in text
+
+
+def test_config_show_writes_durations_as_a_config_file_does_and_json_in_seconds(
+    ks: Path,
+) -> None:
+    from mrtr_state.durations import parse_duration
+
+    env = {"MRTR_STATE_RETENTION": "3661", "MRTR_STATE_ROTATE_EVERY": "7d"}
+    text = run("--keyset", str(ks), "config", "show", env=env).stdout
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()}
+    shown = json.loads(run("--keyset", str(ks), "config", "show", "--json", env=env).stdout)
+    seconds = {item["name"]: item["value"] for item in shown["settings"]}
+    durations = ("ttl", "ttl_cap", "propagation", "retention", "rotate_every", "max_skew")
+    assert {name: rows[name] for name in durations} == {
+        "ttl": "5m",
+        "ttl_cap": "1h",
+        "propagation": "1h",
+        "retention": "1h1m1s",
+        "rotate_every": "7d",
+        "max_skew": "5m",
+    }
+    for name in durations:  # each as it is written, and read back as the seconds --json gives
+        assert type(seconds[name]) is int and parse_duration(rows[name]) == seconds[name]
+    assert rows["max_size"] == "8192" and seconds["max_size"] == 8192  # bytes, not a duration
+    uncapped = run("--keyset", str(ks), "config", "show", env={"MRTR_STATE_TTL_CAP": "none"})
+    assert "ttl_cap       none  (MRTR_STATE_TTL_CAP)" in uncapped.stdout
 
 
 def test_config_show_never_prints_a_store_password(ks: Path) -> None:
@@ -453,3 +558,103 @@ def test_the_man_page_is_what_the_click_commands_make_now() -> None:
     for needed in (".TH MRTR\\-STATE 1", '.SS "mrtr-state keys promote"', "\\-\\-dry\\-run"):
         assert needed in page
     assert ".SH EXIT STATUS" in page and "130" in page
+
+
+# --- doctor --state-store: the state-handle store, as the replay store is checked ---------------
+
+
+def _checks(report: dict[str, object]) -> dict[str, dict[str, str]]:
+    checks: list[dict[str, str]] = report["checks"]  # type: ignore[assignment]
+    return {check["name"]: check for check in checks}
+
+
+def test_doctor_checks_a_state_store_on_a_real_redis(ks: Path) -> None:
+    import re
+
+    import redis
+
+    from .helpers import private_redis
+
+    k = ("--keyset", str(ks), "doctor")
+    with private_redis() as (_server, url):
+        healthy = json.loads(run(*k, "--state-store", url, "--json").stdout)
+        found = _checks(healthy)
+        assert healthy["ok"] is True and list(found)[-2:] == ["state store", "state store clock"]
+        assert found["state store"]["status"] == "ok"
+        assert re.fullmatch(
+            re.escape(url) + r" reachable, keeps records until they expire, round trip "
+            r"\d+\.\d\d ms",
+            found["state store"]["detail"],
+        )
+        assert found["state store clock"]["status"] == "ok"
+        assert re.search(
+            r"; [+-]\d\.\d{3} s from the state store's$", found["state store clock"]["detail"]
+        )
+        text = run(*k, "--state-store", url).stdout
+        assert re.search(r"^state store        ok  ", text, re.MULTILINE)
+        assert re.search(r"^keyset             ok  ", text, re.MULTILINE)
+        # a clock beyond max_skew (none allowed: no two clocks read the same microsecond)
+        skewed = run(*k, "--state-store", url, "--json", env={"MRTR_STATE_MAX_SKEW": "0"}, code=6)
+        found = _checks(json.loads(skewed.stdout))
+        assert found["state store clock"]["status"] == "failed"
+        assert re.search(
+            r"the state store's clock reads [+-]0\.0 s from this host's, beyond max_skew 0 s: "
+            r"fix the clocks \(NTP\)$",
+            found["state store clock"]["detail"],
+        )
+        assert found["state store"]["detail"].startswith(
+            f"state store {url}: cannot keep records: the server's clock reads "
+        )
+        # an eviction policy that could drop a record before its retry
+        admin = redis.Redis.from_url(url)
+        admin.config_set("maxmemory", "100mb")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        admin.close()
+        evicting = run(*k, "--state-store", url, "--json", code=6)
+        found = _checks(json.loads(evicting.stdout))
+        assert found["state store"] == {
+            "name": "state store",
+            "status": "failed",
+            "detail": f"state store {url}: cannot keep records: the server may evict records "
+            "before they expire (maxmemory 104857600, maxmemory-policy allkeys-lru); set "
+            "maxmemory-policy noeviction",
+        }
+        assert found["state store clock"]["status"] == "ok"  # read all the same
+        assert evicting.stderr == "error: doctor: 1 check failed: state store\n"
+    # the server gone: unreachable, and no clock to read
+    gone = run(*k, "--state-store", url, "--json", code=6)
+    found = _checks(json.loads(gone.stdout))
+    assert found["state store"]["status"] == "failed"
+    assert found["state store"]["detail"].startswith(f"state store {url}: cannot be reached: ")
+    assert found["state store clock"] == {
+        "name": "state store clock",
+        "status": "skipped",
+        "detail": "the state store's clock could not be read",
+    }
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        (
+            "redis://127.0.0.1:6379/abc",
+            "state store redis://127.0.0.1:6379/abc: the database must be a number",
+        ),
+        ("ftp://nowhere", "unknown state store 'ftp://nowhere': use memory: or a redis:// URL"),
+    ],
+)
+def test_doctor_refuses_a_state_store_url_it_cannot_use(ks: Path, url: str, detail: str) -> None:
+    done = run("--keyset", str(ks), "doctor", "--state-store", url, "--json", code=6)
+    found = _checks(json.loads(done.stdout))
+    assert found["state store"] == {"name": "state store", "status": "failed", "detail": detail}
+    assert found["state store clock"]["status"] == "skipped"
+
+
+def test_doctor_without_a_state_store_lists_no_state_store_check(ks: Path) -> None:
+    plain = _checks(json.loads(run("--keyset", str(ks), "doctor", "--json").stdout))
+    assert "state store" not in plain and len(plain) == 6
+    memory = json.loads(
+        run("--keyset", str(ks), "doctor", "--state-store", "memory:", "--json").stdout
+    )
+    assert _checks(memory)["state store"]["status"] == "ok"
+    assert _checks(memory)["state store clock"]["status"] == "skipped"

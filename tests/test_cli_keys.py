@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
+from mrtr_state.keyset import Key
 
 from .helpers import raw_secret, run
 
@@ -301,3 +302,240 @@ def test_import_refuses_a_secret_hmac_takes_for_one_already_held(tmp_path: Path)
     refused = keys_import(keyset, "mcp-php-v1", secret + b"\x00", code=6)
     assert "hold the same secret (as their MAC uses it)" in refused.stderr
     assert keyset.read_bytes() == before
+
+
+# --- the SDKs' text secrets: mcp-py-v1 and mcp-ts-v1 -------------------------------------------
+
+#: What `openssl rand -hex 32` or the Python SDK's `secrets.token_hex(32)` prints: the SDKs use
+#: these 64 characters themselves as the secret, never the 32 bytes they spell.
+SDK_TEXT = "3f9a" * 16
+
+
+def _import_text(path: Path, alg: str, data: bytes, *extra: str, code: int = 0) -> Any:
+    secret = path.parent / "sdk-secret.txt"
+    secret.write_bytes(data)
+    command = ("keys", "import", "--alg", alg, "--secret-file", str(secret), *extra)
+    return run("--keyset", str(path), *command, code=code), secret
+
+
+@pytest.mark.parametrize("alg", ["mcp-py-v1", "mcp-ts-v1"])
+@pytest.mark.parametrize(("ending", "named"), [(b"\n", "LF"), (b"\r\n", "CRLF"), (b"", None)])
+def test_a_text_secret_files_final_line_break_is_dropped_with_a_note(
+    tmp_path: Path, alg: str, ending: bytes, named: str | None
+) -> None:
+    path = tmp_path / "keyset.json"
+    done, secret = _import_text(path, alg, SDK_TEXT.encode() + ending, "--json")
+    note = (
+        f"note: dropped the line break ({named}) that ends {secret}: an {alg} secret is the "
+        "text the SDK is given\n"
+    )
+    assert done.stderr == (note if named else "")
+    kid = json.loads(done.stdout)["kid"]
+    key = ms.Keyset.load(path).get(kid)
+    assert key is not None and key.secret == SDK_TEXT.encode()
+    assert kid == ms.Keyset([Key.from_secret(alg, SDK_TEXT.encode())]).primary(alg).kid
+
+
+def test_a_text_secret_on_stdin_and_in_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    command = ("--keyset", str(path), "keys", "import", "--alg", "mcp-ts-v1")
+    piped = run(*command, "--secret-file", "-", input=SDK_TEXT + "\n")
+    assert piped.stderr == (
+        "note: dropped the line break (LF) that ends stdin: an mcp-ts-v1 secret is the text the "
+        "SDK is given\n"
+    )
+    # a variable is taken exactly as the SDK reads it: a line break it holds is the SDK's too
+    held = SDK_TEXT + "0\n"
+    env = run(*command, "--secret-env", "SDK_KEY", "--json", env={"SDK_KEY": held})
+    assert env.stderr == ""
+    key = ms.Keyset.load(path).get(json.loads(env.stdout)["kid"])
+    assert key is not None and key.secret == held.encode()
+
+
+def test_a_text_secret_is_refused_where_what_the_sdk_was_given_cannot_be_told(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keyset.json"
+    done, secret = _import_text(path, "mcp-py-v1", SDK_TEXT.encode() + b"\n\n", code=2)
+    assert done.stderr.splitlines()[-1] == (
+        f"error: the secret text in {secret} ends with more than one line break: write the "
+        'SDK\'s secret on one line (echo "$SECRET" > FILE)'
+    )
+    done, secret = _import_text(path, "mcp-ts-v1", b"\r\n", code=2)
+    assert done.stderr.splitlines()[-1] == f"error: the secret in {secret} is empty"
+    # too short: no --encoding advice, which would make another key than the SDK's
+    done, secret = _import_text(path, "mcp-py-v1", b"0123456789abcdef\n", "--json", code=2)
+    message = (
+        f"mcp-py-v1 needs 32..4096 secret bytes; {secret} holds 16 (the SDK uses the secret's "
+        "text itself, so import exactly the text it is given; make one with: openssl rand -hex "
+        "32)"
+    )
+    assert done.stderr.splitlines()[-1] == f"error: {message}"
+    assert "--encoding" not in done.stderr
+    assert json.loads(done.stdout) == {
+        "error": {"code": "usage", "message": message, "exit_code": 2}
+    }
+    assert not path.exists()
+    # a raw key's length error still names --encoding: decoding such text gives that key
+    done, secret = _import_text(path, "A256GCM", SDK_TEXT.encode(), code=2)
+    assert done.stderr.splitlines()[-1] == (
+        f"error: A256GCM needs exactly 32 secret bytes; {secret} holds 64 (if it holds base64 "
+        "or hex text, say so with --encoding base64 or --encoding hex)"
+    )
+
+
+def test_a_text_secret_given_to_its_sdk_as_bytes_is_imported_with_its_encoding(
+    tmp_path: Path,
+) -> None:
+    """A server given `bytes.fromhex(...)` uses the 32 bytes: --encoding hex is that key."""
+    path = tmp_path / "keyset.json"
+    done, _secret = _import_text(path, "mcp-py-v1", SDK_TEXT.encode() + b"\n", "--encoding", "hex")
+    assert done.stderr == ""
+    assert ms.Keyset.load(path).primary("mcp-py-v1").secret == bytes.fromhex(SDK_TEXT)
+
+
+# --- promote: not yet (75), or --wait -------------------------------------------------------
+
+
+NOW = 1_800_000_000
+
+
+@pytest.fixture
+def pending(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A keyset whose A256GCM key went pending 10 minutes before the CLI's clock (fixed at
+    NOW), under the default propagation delay of 1 hour."""
+    from mrtr_state.cli import keys as keys_cli
+
+    monkeypatch.setattr(keys_cli, "_now", lambda: NOW)
+    keyset, key = ms.Keyset.generate(("A256GCM",), now=NOW - 86400).with_new_key(
+        "A256GCM", now=NOW - 600
+    )
+    path = tmp_path / "keyset.json"
+    keyset.save(path)
+    return path, key.kid
+
+
+def test_promoting_before_the_propagation_delay_is_not_yet_exit_75(
+    pending: tuple[Path, str],
+) -> None:
+    path, kid = pending
+    before = path.read_bytes()
+    message = (
+        f"not yet: key {kid} has been pending for 10m, less than the propagation delay of 1h, "
+        "and replicas that have not loaded it yet would refuse its tokens; retry in 50m; wait "
+        f"for it with: mrtr-state keys promote --wait {kid} (or promote it now with --force)"
+    )
+    for dry in ((), ("--dry-run",)):
+        text = run("--keyset", str(path), "keys", "promote", *dry, kid, code=75)
+        assert text.stderr == f"error: {message}\n" and text.stdout == ""
+        answer = json.loads(
+            run("--keyset", str(path), "keys", "promote", kid, "--json", code=75).stdout
+        )
+        assert answer == {
+            "error": {
+                "code": "propagation_pending",
+                "message": message,
+                "exit_code": 75,
+                "kid": kid,
+                "seconds_left": 3000,
+                "promotable_at": NOW + 3000,
+                "promotable_at_utc": "2027-01-15T08:50:00Z",
+            }
+        }
+    assert path.read_bytes() == before
+    done = json.loads(
+        run("--keyset", str(path), "keys", "promote", "--force", kid, "--json").stdout
+    )
+    assert [change["action"] for change in done["changes"]] == ["promote", "demote"]
+
+
+def test_the_library_says_when_a_key_may_be_promoted(pending: tuple[Path, str]) -> None:
+    from mrtr_state import lifecycle
+
+    path, kid = pending
+    keyset = ms.Keyset.load(path)
+    with pytest.raises(ms.PropagationPending) as early:
+        lifecycle.promote(keyset, kid, now=NOW + 2999, propagation=3600)
+    assert (early.value.seconds_left, early.value.promotable_at) == (1, NOW + 3000)
+    assert early.value.exit_code == 75 and isinstance(early.value, ValueError)
+    promoted, _changes = lifecycle.promote(keyset, kid, now=NOW + 3000, propagation=3600)
+    assert promoted.primary("A256GCM").kid == kid
+
+
+def test_promote_wait_is_a_wait_not_a_force(pending: tuple[Path, str]) -> None:
+    path, kid = pending
+    for flag in ("--force", "--dry-run"):
+        refused = run("--keyset", str(path), "keys", "promote", "--wait", flag, kid, code=2)
+        assert refused.stderr.splitlines()[-1] == (
+            f"error: --wait waits out the propagation delay and then writes: give it without {flag}"
+        )
+    unknown = run("--keyset", str(path), "keys", "promote", "--wait", "deadbeef", code=2)
+    assert unknown.stderr == f"error: {path} has no key deadbeef; see: mrtr-state keys list\n"
+
+
+def test_promote_wait_promotes_at_once_a_key_that_may_be_promoted(
+    pending: tuple[Path, str],
+) -> None:
+    path, kid = pending
+    env = {"MRTR_STATE_PROPAGATION": "10m"}
+    done = run("--keyset", str(path), "keys", "promote", "--wait", kid, env=env)
+    assert done.stderr == "" and f"promote {kid} (A256GCM)" in done.stdout
+    assert ms.Keyset.load(path).primary("A256GCM").kid == kid
+
+
+def test_promote_wait_sleeps_out_the_delay_then_promotes(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    env = {"MRTR_STATE_PROPAGATION": "2s"}
+    run("--keyset", str(path), "keys", "init", "--alg", "A256GCM")
+    added = json.loads(run("--keyset", str(path), "keys", "add", "--json", env=env).stdout)
+    started = time.monotonic()
+    done = run("--keyset", str(path), "keys", "promote", "--wait", added["kid"], "--json", env=env)
+    waited = time.monotonic() - started
+    assert 0.5 < waited < 4, waited
+    assert re.fullmatch(
+        r"waiting [12]s \(until \d\d:\d\d:\d\d UTC\) for the propagation delay of key "
+        + added["kid"]
+        + r"; Ctrl-C stops and writes nothing\n",
+        done.stderr,
+    )
+    report = json.loads(done.stdout)
+    assert set(report) == {"keyset", "dry_run", "changes"}
+    assert report["changes"][0] == {
+        "action": "promote",
+        "kid": added["kid"],
+        "alg": "A256GCM",
+        "detail": "pending -> primary: mints from now on",
+    }
+    assert ms.Keyset.load(path).primary("A256GCM").kid == added["kid"]
+
+
+def test_ctrl_c_during_promote_wait_is_130_and_writes_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    path = tmp_path / "keyset.json"
+    run("--keyset", str(path), "keys", "init", "--alg", "A256GCM")
+    kid = json.loads(run("--keyset", str(path), "keys", "add", "--json").stdout)["kid"]
+    before, stamp = path.read_bytes(), path.stat().st_mtime_ns
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MRTR_STATE_")}
+    command = ["--keyset", str(path), "keys", "promote", "--wait", kid, "--json"]
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "mrtr_state", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**environment, "PYTHONPATH": str(ROOT)},
+    )
+    assert waiting.stderr is not None
+    told = waiting.stderr.readline()  # once it says it waits, it is asleep
+    assert told.startswith("waiting 1h (until ") or told.startswith("waiting 59m"), told
+    waiting.send_signal(signal.SIGINT)
+    stdout, stderr = waiting.communicate(timeout=30)
+    assert waiting.returncode == 130
+    assert stderr.splitlines()[-1] == "error: interrupted"
+    assert json.loads(stdout)["error"]["exit_code"] == 130
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == stamp
+    assert ms.Keyset.load(path).get(kid).status == "pending"  # type: ignore[union-attr]

@@ -34,9 +34,12 @@ def _take_terminal() -> None:  # in the child: a session whose controlling termi
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def on_terminal(keyset: Path, args: Sequence[str], answers: Sequence[str]) -> tuple[int, str]:
+def on_terminal(
+    keyset: Path, args: Sequence[str], answers: Sequence[str | bytes]
+) -> tuple[int, str]:
     """Run the CLI with a pty as its terminal; type each answer when a prompt (a line ending
-    in ':') is waiting. Returns the exit code and everything the terminal showed."""
+    in ':') is waiting: a line of text, or bytes as they are (b"\x04": Ctrl-D, end of input).
+    Returns the exit code and everything the terminal showed."""
     main, child = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "mrtr_state", "--keyset", str(keyset), *args],
@@ -62,7 +65,8 @@ def on_terminal(keyset: Path, args: Sequence[str], answers: Sequence[str]) -> tu
             shown += chunk
             waiting = shown[answered_at:].rstrip()  # a new prompt since the last answer
             if pending and waiting.endswith(b":"):
-                os.write(main, pending.pop(0).encode() + b"\n")
+                answer = pending.pop(0)
+                os.write(main, answer if isinstance(answer, bytes) else answer.encode() + b"\n")
                 answered_at = len(shown)
         assert process.wait(30) is not None
     finally:
@@ -107,6 +111,29 @@ def test_two_different_answers_are_asked_again(tmp_path: Path) -> None:
     assert code == 0 and "do not match" in shown, shown
     code, shown = on_terminal(path, [*KEK, "keys", "list"], [PASSPHRASE])
     assert code == 0, shown
+
+
+def test_an_empty_answer_is_asked_again(tmp_path: Path) -> None:
+    path = tmp_path / "keyset.json"
+    code, shown = on_terminal(path, [*KEK, "keys", "init"], ["", PASSPHRASE, "", PASSPHRASE])
+    assert code == 0, shown
+    empty = "An empty passphrase for KEK passphrase:prompt protects nothing: type it, or Ctrl-D"
+    assert shown.count(empty) == 2, shown  # at the first prompt, and at the confirmation
+    code, shown = on_terminal(path, [*KEK, "keys", "list"], ["", PASSPHRASE])
+    assert code == 0 and shown.count(empty) == 1, shown
+
+
+def test_ctrl_d_at_the_prompt_is_exit_130_and_writes_nothing(keyset: Path) -> None:
+    fresh = keyset.parent / "fresh.json"
+    ctrl_d: list[list[str | bytes]] = [[b"\x04"], ["", b"\x04"], [PASSPHRASE, b"\x04"]]
+    for answers in ctrl_d:  # at the first prompt, after an empty answer, at the confirmation
+        code, shown = on_terminal(fresh, [*KEK, "keys", "init"], answers)
+        assert code == 130 and shown.rstrip().endswith("error: interrupted"), shown
+        assert not fresh.exists()
+    before = keyset.read_bytes()
+    code, shown = on_terminal(keyset, [*KEK, "keys", "add", "--alg", "HS256"], [b"\x04"])
+    assert code == 130 and "error: interrupted" in shown, shown
+    assert keyset.read_bytes() == before
 
 
 def test_a_passphrase_too_short_to_protect_anything_is_refused(tmp_path: Path) -> None:

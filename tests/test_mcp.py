@@ -295,3 +295,119 @@ def test_the_sdk_server_accepts_a_token_we_minted(keyset: ms.Keyset) -> None:
     assert seen == ["minted-by-mrtr-state"]
     forged = ms.mint(sdk_keyset(), "x", format="mcp-py", **{**BINDING, "target": "other"})
     assert refused(retry_with, forged) == "Invalid or expired requestState"
+
+
+# --- the SDK's secret is text; its default principal is compact JSON -------------------------
+
+
+def echoed(folder: Path, text: str) -> Path:
+    """A secret file as operators write one, ``echo "$SECRET" > FILE``: the text and a newline."""
+    import os
+    import subprocess
+
+    path = folder / "sdk-secret.txt"
+    subprocess.run(
+        ["sh", "-c", 'umask 077 && echo "$SECRET" > "$FILE"'],
+        env={"SECRET": text, "FILE": str(path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        check=True,
+    )
+    assert path.read_bytes() == text.encode() + b"\n"
+    return path
+
+
+async def _first_round(server: MCPServer) -> str:
+    async with Client(server, elicitation_callback=_accept) as client:
+        first = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
+        assert isinstance(first, InputRequiredResult) and first.request_state is not None
+        return first.request_state
+
+
+def test_a_secret_echoed_into_a_file_is_the_key_the_python_sdk_uses(tmp_path: Path) -> None:
+    """The SDK suggests `secrets.token_hex(32)` and uses those 64 characters as they are: the
+    file `echo` wrote imports as that text (its newline dropped, with a note), and the key is
+    the SDK's both ways: its codec opens what the CLI mints, the CLI opens what its server mints."""
+    import secrets
+
+    from mcp.server.request_state import AESGCMRequestStateCodec
+
+    secret = secrets.token_hex(32)
+    ks = tmp_path / "keyset.json"
+    imported = run(
+        *("--keyset", str(ks), "keys", "import", "--alg", "mcp-py-v1"),
+        *("--secret-file", str(echoed(tmp_path, secret))),
+    )
+    assert imported.stderr.startswith("note: dropped the line break (LF) that ends ")
+    flags = ["--method", "tools/call", "--target", "deploy", "--arguments", '{"env":"prod"}']
+    flags += ["--audience", "fleet"]
+    token = run(
+        "--keyset", str(ks), "mint", "--format", "mcp-py", *flags, "--state", '"from-the-cli"'
+    ).stdout.strip()
+    envelope = json.loads(AESGCMRequestStateCodec([secret]).unseal(token))
+    assert envelope["s"] == "from-the-cli" and envelope["aud"] == "fleet"
+    seen: list[str] = []
+    server = elicitation_server(RequestStateSecurity(keys=[secret], bind_principal=None), seen)
+
+    async def retry_with(token: str) -> Any:
+        async with Client(server, elicitation_callback=_accept) as client:
+            return await client.session.call_tool(
+                "deploy",
+                {"env": "prod"},
+                request_state=token,
+                input_responses={"confirm": ElicitResult(action="accept", content={"ok": True})},
+            )
+
+    assert "deployed prod" in json.dumps(anyio.run(retry_with, token).model_dump(mode="json"))
+    assert seen == ["from-the-cli"]
+    minted = anyio.run(_first_round, server)
+    out = run("--keyset", str(ks), "verify", *flags, minted)
+    assert out.stdout == '"awaiting-confirm"\n'
+    # what `--encoding hex` made of the same file is another key: none of the SDK's tokens open
+    other = tmp_path / "hex.json"
+    run(
+        *("--keyset", str(other), "keys", "import", "--alg", "mcp-py-v1", "--encoding", "hex"),
+        *("--secret-file", str(tmp_path / "sdk-secret.txt")),
+    )
+    refused = run("--keyset", str(other), "verify", *flags, minted, code=1)
+    assert refused.stderr.startswith("error: unknown key id ")
+
+
+def test_the_documented_principal_verifies_what_the_sdk_bound_to_an_oauth_user(
+    tmp_path: Path,
+) -> None:
+    """docs/polyglot.md's `verify --principal` example, run as written on a token the SDK's
+    server minted for an authenticated request under its default principal binding."""
+    from mcp.server.auth.middleware.auth_context import auth_context_var
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    from .helpers import documented_example
+
+    server = elicitation_server(RequestStateSecurity(keys=[SECRET]), [])
+    user = AccessToken(
+        token="opaque",
+        client_id="deploy-bot",
+        scopes=[],
+        subject="alice",
+        claims={"iss": "https://auth.example.com"},
+    )
+
+    async def as_the_user() -> str:
+        auth_context_var.set(AuthenticatedUser(user))  # what the SDK's auth middleware sets
+        return await _first_round(server)
+
+    token = anyio.run(as_the_user)
+    ks = tmp_path / "keyset.json"
+    keys_import(ks, "mcp-py-v1", SECRET)
+    argv, shown = documented_example("polyglot.md", "Python (`mcp-py`)", "mrtr-state verify")
+    args = argv[1:]
+    assert "--principal" in args and args[-1] == "$CAPTURED"
+    out = run("--keyset", str(ks), *args[:-1], token)
+    assert out.stdout.splitlines() == shown == ['"awaiting-confirm"']
+    principal = args[args.index("--principal") + 1]
+    assert principal == json.dumps(["deploy-bot", "https://auth.example.com", "alice"]).replace(
+        " ", ""
+    )
+    for wrong in (("--principal", "alice"), ()):
+        stated = [a for a in args[:-1] if a not in ("--principal", principal)] + list(wrong)
+        refused = run("--keyset", str(ks), *stated, "--json", token, code=4)
+        assert json.loads(refused.stdout)["error"]["code"] == "principal_mismatch"

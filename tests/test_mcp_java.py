@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -281,3 +282,67 @@ def test_an_exp_no_java_long_holds_is_refused_even_without_a_ttl_cap(exp: int) -
         policy=ms.Policy(ttl_cap=None),
     )
     assert claims.state == "x"
+
+
+def test_a_malformed_java_token_is_refused_naming_mcp_java(tmp_path: Path) -> None:
+    """The PHP and Java SDKs share a shape: a Java token whose MAC is misspelt was refused as an
+    "mcp-php MAC" (the first format of the shape, which the keyset holds no key of). The
+    format whose keys would read it names it; with no key to tell, the shape does."""
+    ks = tmp_path / "keyset.json"
+    keys_import(ks, "mcp-java-v1", SECRET)
+    request = ("--method", "tools/call", "--target", "deploy")
+    token = mint(ks, "--format", "mcp-java", "--state", '"s"', *request)
+    padded = token + "="  # Java's decoder takes padding; mrtr-state keeps one spelling
+    line = "error: mcp-java MAC: base64url text holds a character outside A-Z a-z 0-9 - _\n"
+    for only in ((), ("--format", "mcp-java")):
+        refused = run("--keyset", str(ks), "verify", *only, *request, padded, code=1)
+        assert refused.stderr == line
+        answer = json.loads(
+            run("--keyset", str(ks), "verify", "--json", *request, padded, code=1).stdout
+        )
+        assert answer["error"]["code"] == "malformed"
+    assert run("--keyset", str(ks), "inspect", padded, code=1).stderr == line
+    shape_line = line.replace("mcp-java MAC", "mcp-php or mcp-java MAC")
+    unkeyed = tmp_path / "php-only.json"
+    keys_import(unkeyed, "mcp-php-v1", bytes(range(32)))
+    keys_import(unkeyed, "mcp-java-v1", SECRET[::-1])
+    assert run("--keyset", str(unkeyed), "inspect", padded, code=1).stderr == shape_line
+    with pytest.raises(ms.MalformedToken, match=r"^mcp-php or mcp-java MAC: "):
+        ms.inspect(padded)
+
+
+def test_a_configured_audience_is_refused_for_mcp_java_saying_how_to_mint(
+    tmp_path: Path,
+) -> None:
+    ks = tmp_path / "keyset.json"
+    keys_import(ks, "mcp-java-v1", SECRET)
+    command = ["--keyset", str(ks), "mint", "--format", "mcp-java", "--state", '"s"']
+    command += ["--method", "tools/call", "--target", "deploy"]
+    library = (
+        "mcp-java tokens cannot carry an audience (they bind a principal, a method and a target, "
+        "as the Java SDK does): state none when you mint or verify them"
+    )
+    with pytest.raises(ValueError, match=r"^" + re.escape(library) + "$"):
+        ms.mint(KEYSET, "s", format="mcp-java", audience="fleet", **REQUEST)
+    flagged = run(*command, "--audience", "fleet", code=2)
+    assert flagged.stderr.splitlines()[-1] == f"error: {library}"
+    from_env = run(*command, env={"MRTR_STATE_AUDIENCE": "fleet"}, code=2)
+    assert from_env.stderr.splitlines()[-1] == (
+        "error: mcp-java tokens cannot carry an audience, and MRTR_STATE_AUDIENCE sets one "
+        "('fleet'): mint them where none is set, e.g. env -u MRTR_STATE_AUDIENCE mrtr-state "
+        "mint ..."
+    )
+    config = tmp_path / "mrtr-state.toml"
+    config.write_text('audience = "fleet"\n')
+    config.chmod(0o600)
+    from_file = run(*command, "--config", str(config), "--json", code=2)
+    message = (
+        f"mcp-java tokens cannot carry an audience, and config file {config} sets one "
+        "('fleet'): mint them where none is set, e.g. mrtr-state --config FILE mint ..., "
+        "naming a config file that sets no audience"
+    )
+    assert from_file.stderr.splitlines()[-1] == f"error: {message}"
+    assert json.loads(from_file.stdout)["error"]["message"] == message
+    # the formats that carry one take the configured audience as before
+    run("--keyset", str(ks), "keys", "add", "--alg", "A256GCM", env={"MRTR_STATE_AUDIENCE": "x"})
+    run("--keyset", str(ks), "mint", "--state", "1", env={"MRTR_STATE_AUDIENCE": "fleet"})

@@ -92,3 +92,48 @@ def test_we_verify_what_the_ts_sdk_mints(sdk_folder: Path) -> None:
     with pytest.raises(ms.BadSignature):
         ms.verify(keyset("w" * 40), token, bind="tools/call")
     assert ms.inspect(token).format == "mcp-ts"
+
+
+def test_a_secret_echoed_into_a_file_is_the_key_the_ts_sdk_uses(
+    sdk_folder: Path, tmp_path: Path
+) -> None:
+    """`key: process.env.X` is UTF-8 text: the file `echo` wrote imports as that text (its
+    newline dropped, with a note), the SDK's codec given the same string verifies what the CLI
+    mints and the CLI verifies what it mints, with docs/polyglot.md's bind example as written."""
+    import secrets
+
+    from .helpers import documented_example, run
+    from .test_mcp import echoed
+
+    secret = secrets.token_hex(32)
+    ks = tmp_path / "keyset.json"
+    imported = run(
+        *("--keyset", str(ks), "keys", "import", "--alg", "mcp-ts-v1"),
+        *("--secret-file", str(echoed(tmp_path, secret))),
+    )
+    assert imported.stderr.startswith("note: dropped the line break (LF) that ends ")
+    bind = "tools/call\0deploy-bot"  # the SDK's own example: method, NUL, the OAuth client id
+    heading = "TypeScript (`mcp-ts`)"
+    printf, _ = documented_example("polyglot.md", heading, "printf")
+    assert printf[-2:] == [">", "bind.bin"]  # as the page writes the bind file
+    written = subprocess.run(printf[:-2], capture_output=True, check=True).stdout
+    assert written == bind.encode()
+    bind_file = tmp_path / "bind.bin"
+    bind_file.write_bytes(written)
+    token = run(
+        *("--keyset", str(ks), "mint", "--format", "mcp-ts", "--bind-file", str(bind_file)),
+        *("--state", '{"step":2}'),
+    ).stdout.strip()
+    assert node(sdk_folder, key=secret, mode="verify", token=token, bind=bind) == {
+        "payload": {"step": 2}
+    }
+    assert node(sdk_folder, key=secret + "\n", mode="verify", token=token, bind=bind) == {
+        "error": "mac"
+    }
+    minted = node(sdk_folder, key=secret, mode="mint", payload={"step": 2}, bind=bind)["token"]
+    argv, shown = documented_example("polyglot.md", heading, "mrtr-state verify")
+    assert argv == ["mrtr-state", "verify", "--bind-file", "bind.bin", "$CAPTURED"]
+    out = run("--keyset", str(ks), "verify", "--bind-file", str(bind_file), minted)
+    assert out.stdout.splitlines() == shown == ['{"step":2}']
+    refused = run("--keyset", str(ks), "verify", "--bind", "tools/call", minted, code=4)
+    assert refused.stderr.startswith("error: bind mismatch")

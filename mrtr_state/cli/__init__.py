@@ -159,7 +159,8 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | N
       mrtr-state inspect "$TOKEN"
 
     Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
-    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 130 interrupted.
+    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 75 not yet (retry
+    later), 130 interrupted.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
     from .._cli_api import set_kek_prompter
@@ -181,10 +182,22 @@ def _ask_at_terminal(what: str, twice: bool) -> bytes:
             f"the {what} is asked at a terminal, and stdin is not one; in scripts give it as "
             "passphrase:env:NAME or passphrase:file:PATH"
         )
-    typed: str = click.prompt(
-        what[:1].upper() + what[1:], hide_input=True, confirmation_prompt=twice, err=True
-    )
-    return typed.encode("utf-8")
+    while True:
+        typed = _typed(what[:1].upper() + what[1:], what)
+        if not twice or _typed("Repeat for confirmation", what) == typed:
+            return typed.encode("utf-8")
+        click.echo("The two entries do not match: type it again.", err=True)
+
+
+def _typed(label: str, what: str) -> str:
+    """One hidden answer at the terminal, asked again while it is empty (Enter alone is no
+    secret); Ctrl-D (end of input) or Ctrl-C ends the command, exit 130, nothing written."""
+    while True:
+        # a default of "" lets an empty answer reach this loop, which says why it asks again
+        answer: str = click.prompt(label, hide_input=True, err=True, default="", show_default=False)
+        if answer:
+            return answer
+        click.echo(f"An empty {what} protects nothing: type it, or Ctrl-D to stop.", err=True)
 
 
 #: The exit code of a command interrupted with Ctrl-C (128 + SIGINT, as shells report it).

@@ -57,7 +57,7 @@ def fail(message: str, exit_code: int, code: str = "usage") -> NoReturn:
 
 def failure_json(err: MrtrStateError) -> dict[str, Any]:
     """The ``error`` member of a --json answer that reports ``err``."""
-    return {"code": err.code, "message": str(err), "exit_code": err.exit_code}
+    return {"code": err.code, "message": str(err), "exit_code": err.exit_code, **err.details}
 
 
 #: Which exit code a batch (``verify -``, ``inspect -``) ends with when its lines failed in

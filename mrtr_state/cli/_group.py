@@ -6,6 +6,7 @@ them when a command needs settings or keys.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -75,6 +76,9 @@ _REMEDIES = {
     "encrypt_keyset": "if this is intended, encrypt it with: mrtr-state keys encrypt --kek {kek}",
     "list_keys": "see: mrtr-state keys list",
     "use_state_store": "give the store's URL with --state-store URL",
+    "promote_later": (
+        "wait for it with: mrtr-state keys promote --wait {key} (or promote it now with --force)"
+    ),
 }
 
 
@@ -88,42 +92,80 @@ def error_text(err: MrtrStateError) -> str:
         alg=facts.get("alg", "ALG"),
         kek=facts.get("kek", "URI"),
         kid=" --kid KID" if facts.get("sdk_kid") else "",
+        key=facts.get("key", "KID"),
     )
     return f"{err}; {hint}"
 
 
+#: The members a command's --json keeps on every outcome, as a failure gives them (beside its
+#: "error"): its verdict, so that a script reads one member whatever happened. Every other
+#: command's failure is {"error": {...}} alone (docs/cli.md lists each command's shape).
+FAILURE_MEMBERS: dict[str, dict[str, Any]] = {
+    "verify": {"valid": False},
+    "doctor": {"ok": False, "settings": [], "checks": []},  # none read, none run
+    "audit": {"clean": False},
+}
+
+#: The top-level options that take a value (the word after them is not the command).
+_VALUED = ("--keyset", "-k", "--config", "--kek")
+
+
 class Output:
     """What this run has promised its caller on stdout: with ``--json``, exactly one JSON object
-    per outcome, a failure included. Reset at the start of every run (tests run many in one
-    process)."""
+    per outcome, a failure included, in the command's shape. Reset at the start of every run
+    (tests run many in one process)."""
 
-    __slots__ = ("emitted", "json")
+    __slots__ = ("command", "emitted", "json")
 
     def __init__(self) -> None:
         self.json = False  # --json was asked for
         self.emitted = False  # a JSON object has been written for this outcome
+        self.command: str | None = None  # the command named, as typed
 
     def reset(self, args: list[str]) -> None:
-        # --json is seen in the arguments as typed, so that a mistake click finds while parsing
-        # (before any option's value is known) is answered in JSON too
+        # --json and the command are seen in the arguments as typed, so that a mistake click
+        # finds while parsing (before any option's value is known) is answered in the
+        # command's JSON shape too
         before_end = args[: args.index("--")] if "--" in args else args
         self.json = "--json" in before_end
         self.emitted = False
+        self.command = _command_named(before_end)
+
+
+def _command_named(args: list[str]) -> str | None:
+    """The command in ``args``: the first word that is neither an option nor the value of a
+    top-level option (the group takes no other arguments)."""
+    words = iter(args)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 OUTPUT = Output()
 
 
-def report_failure(message: str, code: str, exit_code: int) -> None:
+def failure_object(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """The one --json object of a failed outcome of this run's command: its verdict member
+    (:data:`FAILURE_MEMBERS`), if it has one, beside ``error``."""
+    return {**FAILURE_MEMBERS.get(OUTPUT.command or "", {}), "error": dict(failure)}
+
+
+def report_failure(
+    message: str, code: str, exit_code: int, details: Mapping[str, Any] | None = None
+) -> None:
     """Say a failure: one ``error:`` line on stderr, and with --json one object on stdout
-    (unless the command has already written its own object for this outcome)."""
+    (unless the command has already written its own object for this outcome). ``details``:
+    the error's facts for scripts, beside its code in the JSON (e.g. how long to wait)."""
     shown = printable(message)
     click.echo(f"error: {shown}", err=True)
     if OUTPUT.json and not OUTPUT.emitted:
         from .._cli_api import json_dumps, terminal_json
 
-        failure = {"code": code, "message": shown, "exit_code": exit_code}
-        click.echo(terminal_json(json_dumps({"error": failure})))
+        failure = {"code": code, "message": shown, "exit_code": exit_code, **(details or {})}
+        click.echo(terminal_json(json_dumps(failure_object(failure))))
         OUTPUT.emitted = True
 
 
@@ -168,7 +210,7 @@ class ErrorMappingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MrtrStateError as err:
-            report_failure(error_text(err), err.code, err.exit_code)
+            report_failure(error_text(err), err.code, err.exit_code, err.details)
             ctx.exit(err.exit_code)
         except ValueError as err:  # the library's word for a bad argument: a usage error
             raise click.UsageError(printable(str(err))) from None

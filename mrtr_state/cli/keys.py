@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .. import Key, Keyset, KeysetError, UnknownKeyId
+from .. import Key, Keyset, KeysetError, PropagationPending, UnknownKeyId
 from .. import _cli_api as life
 from .._cli_api import (
     KEY_ALGORITHMS,
@@ -31,6 +31,7 @@ from .._cli_api import (
     sdk_kid_problem,
     secret_length_ok,
     secret_rule,
+    text_secret,
     write_secret_file,
 )
 from . import _render
@@ -227,7 +228,8 @@ def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
         else:
             click.echo(f"would add a {key.status} {key.alg} key {_RUN_TIME_KID} to {path}")
     elif as_json:
-        emit_json({"keyset": str(path), "dry_run": False, **key.describe()})
+        described = {**key.describe(), "kid_chosen_at_run_time": False}
+        emit_json({"keyset": str(path), "dry_run": False, **described})
     else:
         click.echo(f"added {key.status} {key.alg} key {key.kid} to {path}")
 
@@ -237,7 +239,8 @@ def keys_add(app: App, alg: str | None, dry_run: bool, as_json: bool) -> None:
 @click.option(
     "--secret-file",
     metavar="FILE|-",
-    help="File holding the secret (raw bytes exactly, or text as --encoding says), or - for stdin.",
+    help="File holding the secret, or - for stdin: raw bytes exactly (mcp-py-v1 and mcp-ts-v1: "
+    "the text the SDK is given, one final line break dropped), or text as --encoding says.",
 )
 @click.option(
     "--secret-env",
@@ -270,7 +273,9 @@ def keys_import(
     """Import a secret made elsewhere; creates the keyset if it is missing.
 
     The key becomes primary when its algorithm has none (or with --primary), pending otherwise.
-    Secrets are read from a file or stdin, never from the command line.
+    Secrets are read from a file or stdin, never from the command line. The Python and
+    TypeScript SDKs (mcp-py-v1, mcp-ts-v1) use their secret's text as it is: import that text,
+    not a decoding of it (a file's final line break is dropped, with a note).
 
     \b
     Examples:
@@ -289,21 +294,27 @@ def keys_import(
     if problem is not None:
         raise click.UsageError(problem)
     limit = SDK_SECRET_BYTES[1] * 2 + 2  # room for hex or base64 text of the longest secret
+    source = secret_file or f"${secret_env}"
+    text = KEY_ALGORITHMS[alg].text and encoding == "raw"
     if secret_file is not None:
         secret = read_secret(secret_file, sys.stdin.buffer, limit)
-    else:
+        if text:  # the SDK's text, as its environment variable holds it: no final line break
+            secret, dropped = text_secret(secret, _named(secret_file))
+            if dropped is not None:
+                click.echo(
+                    f"note: dropped the line break ({dropped}) that ends {_named(secret_file)}: "
+                    f"an {alg} secret is the text the SDK is given",
+                    err=True,
+                )
+    else:  # taken as the SDK would read it: the variable's text exactly
         secret = _env_secret(str(secret_env))
-    source = secret_file or f"${secret_env}"
-    secret = decode_secret(secret, encoding, source)
+    if not text:
+        secret = decode_secret(secret, encoding, source)
     if not secret_length_ok(alg, secret):
-        wanted = secret_rule(alg)
-        hint = (
-            " (if it holds base64 or hex text, say so with --encoding base64 or --encoding hex)"
-            if encoding == "raw"
-            else ""
+        raise click.UsageError(
+            f"{alg} needs {secret_rule(alg)} secret bytes; {source} holds {len(secret)}"
+            + _length_hint(alg, encoding)
         )
-        held = len(secret)
-        raise click.UsageError(f"{alg} needs {wanted} secret bytes; {source} holds {held}{hint}")
     imported: list[Key] = []
 
     def add(current: Keyset) -> Keyset:
@@ -323,6 +334,25 @@ def keys_import(
         click.echo(f"imported {key.alg} key {key.kid}{named} as {key.status} into {path}")
 
 
+def _named(secret_file: str) -> str:
+    """A secret file as messages name it (``-`` is stdin)."""
+    return "stdin" if secret_file == "-" else secret_file
+
+
+def _length_hint(alg: str, encoding: str) -> str:
+    """What to try when a secret has the wrong length: ``--encoding`` only where decoding the
+    text gives the key its SDK uses (a raw key written down as text), never for an SDK that is
+    given the text itself, whose key those characters are."""
+    if KEY_ALGORITHMS[alg].text:
+        return (
+            " (the SDK uses the secret's text itself, so import exactly the text it is given; "
+            "make one with: openssl rand -hex 32)"
+        )
+    if encoding == "raw":
+        return " (if it holds base64 or hex text, say so with --encoding base64 or --encoding hex)"
+    return ""
+
+
 def _env_secret(name: str) -> bytes:
     value = os.environ.get(name)
     if not value:
@@ -339,32 +369,59 @@ def _env_secret(name: str) -> bytes:
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Write the secret to stdout instead.")
 @_encoding_option("How to write it: raw bytes, base64url text or hex text.")
+@json_option
 @pass_app
-def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str) -> None:
+def keys_export(
+    app: App, kid: str, out: Path | None, to_stdout: bool, encoding: str, as_json: bool
+) -> None:
     """Export the secret of key KID, for an interoperability check or an SDK's key ring.
 
     A secret leaves the keyset only where you say: a new 0600 file (--out) or stdout (--stdout),
     never by default. Prefer importing it where it is needed over keeping exported copies.
+    --json says what was written where; the secret is in it ("secret", as --encoding base64 or
+    hex writes it) only with --stdout.
 
     \b
     Examples:
       mrtr-state keys export 1a2b3c4d --out /run/secrets/sdk-key
       mrtr-state keys export 1a2b3c4d --stdout --encoding base64 | kubectl create secret ...
+      mrtr-state keys export 1a2b3c4d --out key.hex --encoding hex --json
     """
     if (out is None) == (not to_stdout):
         raise click.UsageError("give exactly one of --out FILE or --stdout")
+    if as_json and to_stdout and encoding == "raw":
+        raise click.UsageError(
+            "--json --stdout puts the secret in a JSON string, which raw bytes are not: "
+            "give --encoding base64 or --encoding hex"
+        )
     settings = app.settings()
     keyset = app.keyset(settings)
     key = keyset.get(kid)
     if key is None:
         raise UnknownKeyId(f"{settings.keyset_source} has no key {kid}").needing("list_keys")
     data = encode_secret(key.secret, encoding)
+    report: dict[str, Any] = {
+        "keyset": settings.keyset_source,
+        "kid": kid,
+        "alg": key.alg,
+        "format": key.format,
+        "encoding": encoding,
+        "secret_bytes": len(key.secret),
+        "written_to": "stdout" if out is None else str(out),
+        "secret": None,  # never, unless --stdout asked for the secret itself
+    }
     if to_stdout:
+        if as_json:
+            emit_json({**report, "secret": data.decode("ascii").strip()})
+            return
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     assert out is not None
     write_secret_file(out, data)
+    if as_json:
+        emit_json(report)
+        return
     click.echo(f"wrote the secret of {key.alg} key {kid} to {out} (mode 0600)", err=True)
 
 
@@ -375,31 +432,69 @@ def keys_export(app: App, kid: str, out: Path | None, to_stdout: bool, encoding:
     is_flag=True,
     help="Promote a pending key before its propagation delay has passed.",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If KID's propagation delay has not passed yet, sleep until it has, then promote "
+    "(Ctrl-C stops the wait and writes nothing).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
 @json_option
 @pass_app
-def keys_promote(app: App, kid: str, force: bool, dry_run: bool, as_json: bool) -> None:
+def keys_promote(app: App, kid: str, force: bool, wait: bool, dry_run: bool, as_json: bool) -> None:
     """Make pending key KID the primary; the old primary becomes active (verify-only).
 
     Promote only once every replica has the keyset that holds KID: a key pending for less than
-    the propagation delay (config 'propagation', default 1h) is refused unless --force. An
+    the propagation delay (config 'propagation', default 1h) is not promoted yet, exit 75 (retry
+    later, with the time left), unless --force; --wait sleeps until then and promotes. An
     active key (a roll-back) is promoted at once.
 
     \b
     Examples:
       mrtr-state keys promote 1a2b3c4d --dry-run
       mrtr-state keys promote 1a2b3c4d
+      mrtr-state keys promote --wait "$(mrtr-state keys add --json | jq -r .kid)"
     """
+    if wait and (force or dry_run):
+        raise click.UsageError(
+            "--wait waits out the propagation delay and then writes: give it without "
+            f"{'--force' if force else '--dry-run'}"
+        )
     settings = app.settings()
     path = app.writable_path(settings)
-    wait = None if force else settings.propagation
+    delay = None if force else settings.propagation
+    if wait:
+        _wait_until_promotable(path, kid, delay, app.kek(settings))
     _step(
         path,
-        lambda current: life.promote(current, kid, now=_now(), propagation=wait),
+        lambda current: life.promote(current, kid, now=_now(), propagation=delay),
         dry_run=dry_run,
         as_json=as_json,
         kek=app.kek(settings),
     )
+
+
+def _wait_until_promotable(path: Path, kid: str, delay: int | None, kek: Kek | None) -> None:
+    """Sleep until pending key ``kid`` may be promoted (at once if it may be now). Nothing is
+    written while waiting, so Ctrl-C (exit 130) leaves the keyset as it was; any other refusal
+    (an unknown or retired key) ends the wait at once."""
+    told = False
+    while True:
+        keyset = Keyset.load(path, reload_interval=None, kek=kek)
+        try:
+            life.promote(keyset, kid, now=_now(), propagation=delay)
+        except PropagationPending as early:
+            if not told:
+                until = time.strftime("%H:%M:%S UTC", time.gmtime(early.promotable_at))
+                click.echo(
+                    f"waiting {format_duration(early.seconds_left)} (until {until}) for the "
+                    f"propagation delay of key {kid}; Ctrl-C stops and writes nothing",
+                    err=True,
+                )
+                told = True
+            time.sleep(early.seconds_left)
+            continue
+        return
 
 
 @keys.command("retire")
@@ -674,7 +769,7 @@ def rotate(
     created: list[life.Change] = []
     if init_if_missing and not path.exists():
         if dry_run:
-            click.echo(f"would create {path}", err=True)
+            _would_create(path, algs or OWN_ALGORITHMS, as_json)
             return
         created = _create_if_missing(path, algs or OWN_ALGORITHMS, app.kek(settings))
     _step(
@@ -694,6 +789,25 @@ def rotate(
         before=created,
         kek=app.kek(settings),
     )
+
+
+def _would_create(path: Path, algs: tuple[str, ...], as_json: bool) -> None:
+    """``rotate --init-if-missing --dry-run`` with no keyset: what a real run would create (a
+    primary per algorithm, under ids a real run draws), in rotate's own shape."""
+    if not as_json:
+        click.echo(f"would create {path}", err=True)
+        return
+    changes = [
+        {
+            "action": "init",
+            "kid": None,
+            "kid_chosen_at_run_time": True,
+            "alg": alg,
+            "detail": "new primary: mints",
+        }
+        for alg in algs
+    ]
+    emit_json({"keyset": str(path), "dry_run": True, "changes": changes, "next_due": []})
 
 
 def _create_if_missing(path: Path, algs: tuple[str, ...], kek: Kek | None) -> list[life.Change]:

@@ -112,6 +112,8 @@ def mint(
             else "--ttl must be at least 1s"
         )
     request = request_binding(request_id, method, target, arguments, bind, bind_file)
+    if audience is None and settings.audience is not None:
+        _no_configured_audience(settings)
     carried = read_state(state)
     keyset = app.keyset(settings)
     minted = issue(
@@ -137,8 +139,31 @@ def mint(
         click.echo(minted.token)
 
 
-def _verify_result(claims_dict: dict[str, Any]) -> dict[str, Any]:
-    return {"valid": True, "claims": claims_dict}
+def _no_configured_audience(settings: Any) -> None:
+    """Refuse, saying how to mint without it, an audience the settings give (the environment
+    or the config file, not --audience) to a format whose tokens carry none: the operator set
+    it for the fleet's own tokens, and an SDK format of this fleet cannot hold it."""
+    from .._cli_api import carries_audience
+
+    fmt = settings.format
+    if carries_audience(fmt):
+        return
+    source = settings.source_of("audience")
+    way = (
+        f"env -u {source} mrtr-state mint ..."
+        if source.startswith("MRTR_STATE_")
+        else "mrtr-state --config FILE mint ..., naming a config file that sets no audience"
+    )
+    raise click.UsageError(
+        f"{fmt} tokens cannot carry an audience, and {source} sets one "
+        f"({printable(settings.audience)!r}): mint them where none is set, e.g. {way}"
+    )
+
+
+def _verify_result(claims_dict: dict[str, Any], taken: bool) -> dict[str, Any]:
+    """verify's --json answer for an accepted token: ``taken`` says whether this verification
+    used it up (--once: redeemed in the replay store; a handle: taken from its store)."""
+    return {"valid": True, "taken": taken, "claims": claims_dict}
 
 
 class _Unusable(MrtrStateError):
@@ -278,14 +303,15 @@ def verify_cmd(
 
     # a line may carry surrounding whitespace: allow a little over the token cap
     limit = settings.policy.max_size + 256
+    json_line = _JsonLine(taken=store is not None)
     if source == "-":
         if jsonl:
             per_line = _JsonlChecks(keyset, options, as_json)
             code = _verify_lines(
-                per_line.check, limit * 2, _json_line if as_json else _state_line, raw=True
+                per_line.check, limit * 2, json_line if as_json else _state_line, raw=True
             )
         elif as_json:
-            code = _verify_lines(checked, limit, _json_line)
+            code = _verify_lines(checked, limit, json_line)
         else:
             code = _verify_lines(printed, limit, _state_line)
         raise click.exceptions.Exit(code)
@@ -300,16 +326,22 @@ def verify_cmd(
             emit_json({"valid": False, "error": failure_json(err)})
         fail(error_text(err), err.exit_code, err.code)
     if as_json:
-        emit_json(_verify_result(claims.to_dict()))
+        emit_json(_verify_result(claims.to_dict(), taken=store is not None))
     else:
         if isinstance(claims.state, bytes):
             click.echo("note: the payload is not JSON; printed as base64url", err=True)
         click.echo(terminal_json(shown))
 
 
-def _json_line(result: Any, number: int) -> str:
-    claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
-    return json_report({"line": number, **_verify_result(claims.to_dict())})
+class _JsonLine:
+    """A batch line's --json answer for an accepted token, under its line number."""
+
+    def __init__(self, *, taken: bool) -> None:
+        self.taken = taken
+
+    def __call__(self, result: Any, number: int) -> str:
+        claims = result[0] if type(result) is tuple else result  # (claims, text) or claims
+        return json_report({"line": number, **_verify_result(claims.to_dict(), self.taken)})
 
 
 def _state_line(result: tuple[Claims, str], number: int) -> str:
@@ -380,7 +412,7 @@ def _verify_lines(
     verifying, not in the text layer's per-write encoding. ``raw`` hands each line to ``check``
     as bytes (``--jsonl``). Stdin with no token on any line is a usage error (exit 2).
     """
-    as_json = render is _json_line
+    as_json = isinstance(render, _JsonLine)
     worst = 0
     tokens = 0
     sys.stdout.flush()
@@ -533,18 +565,20 @@ def _inspected(
 
 @click.command("seal")
 @format_option("Token format [config 'format'; default aead].")
+@json_option
 @click.argument("file", required=False, type=click.File("rb"))
 @pass_app
-def seal_cmd(app: App, fmt: str | None, file: BinaryIO | None) -> None:
+def seal_cmd(app: App, fmt: str | None, as_json: bool, file: BinaryIO | None) -> None:
     """Seal the bytes of FILE (or stdin) into a token (no claims, no expiry, no binding).
 
     Prefer mint: sealed tokens never expire and bind nothing. seal is for payloads that carry
-    their own rules.
+    their own rules. --json gives the token with its format, key id and payload size.
 
     \b
     Examples:
       printf 'opaque bytes' | mrtr-state seal > sealed.txt
       mrtr-state seal payload.bin > sealed.txt
+      mrtr-state seal --json payload.bin | jq -r .token
     """
     settings = app.settings(format=fmt)
     source = file if file is not None else sys.stdin.buffer
@@ -555,25 +589,57 @@ def seal_cmd(app: App, fmt: str | None, file: BinaryIO | None) -> None:
             f"the payload is over {cap} bytes, and a token holding it would be over the "
             f"{cap}-byte size cap that verification enforces"
         )
-    click.echo(seal(app.keyset(settings), payload, format=settings.format, policy=settings.policy))
+    keyset = app.keyset(settings)
+    token = seal(keyset, payload, format=settings.format, policy=settings.policy)
+    if not as_json:
+        click.echo(token)
+        return
+    from .._cli_api import key_algorithm_of
+
+    emit_json(
+        {
+            "token": token,
+            "format": settings.format,
+            "kid": keyset.primary(key_algorithm_of(settings.format)).kid,
+            "payload_bytes": len(payload),
+        }
+    )
 
 
 @click.command("unseal")
 @format_option("Accept only this format [default: any, detected].")
+@json_option
 @click.argument("token", required=False)
 @pass_app
-def unseal_cmd(app: App, fmt: str | None, token: str | None) -> None:
+def unseal_cmd(app: App, fmt: str | None, as_json: bool, token: str | None) -> None:
     """Check TOKEN (or stdin, or @FILE) and write its sealed payload bytes to stdout.
 
+    With --json the payload is in one JSON object instead, as base64url ("payload_base64url"),
+    with the token's format and key id.
+
     \b
-    Example:
+    Examples:
       mrtr-state unseal - < sealed.txt > payload.bin
+      mrtr-state unseal --json @sealed.txt | jq -r .payload_base64url
     """
     settings = app.settings()
     text = single_token(token, settings.policy.max_size + 256)
     payload = unseal(app.keyset(settings), text, format=fmt, policy=settings.policy)
-    sys.stdout.buffer.write(payload)
-    sys.stdout.buffer.flush()
+    if not as_json:
+        sys.stdout.buffer.write(payload)
+        sys.stdout.buffer.flush()
+        return
+    import base64
+
+    anatomy = inspect_token(text).anatomy  # structure only: the tag was checked just now
+    emit_json(
+        {
+            "payload_base64url": base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii"),
+            "payload_bytes": len(payload),
+            "format": anatomy.format,
+            "kid": anatomy.kid,
+        }
+    )
 
 
 # --- state handles (mh1.): the record lives in a store, not in the token ---------------------
@@ -630,7 +696,7 @@ def _verify_handle(
     finally:
         store.close()
     if as_json:
-        emit_json({"valid": True, "taken": once, "claims": claims.to_dict()})
+        emit_json(_verify_result(claims.to_dict(), taken=once))
     else:
         from .._cli_api import json_dumps
 

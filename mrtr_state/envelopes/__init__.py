@@ -110,6 +110,9 @@ class Envelope(Protocol):
     state_member: str
     #: the binding kinds it can carry (bits)
     carries: int
+    #: what its tokens bind, as a refusal to mint says it, where the kinds of :attr:`carries`
+    #: would say it wrongly (empty: they say it)
+    mint_binds: str
     #: how many random bytes :meth:`pack` is given (0, 28 or 36: see
     #: :class:`mrtr_state._entropy.Fresh`), for what it and its wire use
     fresh_bytes: int
@@ -205,6 +208,7 @@ class RequestStateOnly:
     state_member = ""
     #: what the SDK binds, for inspect's note (empty: nothing inspect leaves unchecked)
     binds = ""
+    mint_binds = ""
 
     def __init__(self, name: str, confidential: bool) -> None:
         self.name = name
@@ -268,8 +272,13 @@ def refuse_uncarried(kinds: int, what: str) -> BindingMismatch:
     return error(message.format(what) + ", but one was stated")
 
 
-def refuse_to_mint(kinds: int, carries: int, format_name: str) -> ValueError:
-    """The ``ValueError`` of a caller asking for bindings a format cannot carry."""
+def refuse_to_mint(kinds: int, carries: int, format_name: str, binds: str = "") -> ValueError:
+    """The ``ValueError`` of a caller asking for bindings a format cannot carry, saying what
+    its tokens bind (``binds``, else the kinds of ``carries``) and that the caller states no
+    other when minting or verifying them (a verifier stating one refuses them: fail closed)."""
     names = ", ".join(name for bit, name in KIND_NAMES.items() if kinds & bit)
-    can = ", ".join(name for bit, name in KIND_NAMES.items() if carries & bit) or "nothing"
-    return ValueError(f"{format_name} tokens cannot carry {names} (they bind {can})")
+    can = binds or ", ".join(name for bit, name in KIND_NAMES.items() if carries & bit) or "nothing"
+    return ValueError(
+        f"{format_name} tokens cannot carry {names} (they bind {can}): state none when you "
+        "mint or verify them"
+    )

@@ -70,6 +70,7 @@ class McpJavaEnvelope(RequestStateOnly):
     kind = "mcp-java"
     state_member = "s"
     binds = "principal, method, target"
+    mint_binds = "a principal, a method and a target, as the Java SDK does"
     carries = _CARRIES
     fresh_bytes = 0  # a signed payload: no id, no nonce, no salt
 

@@ -125,6 +125,7 @@ class OwnEnvelope:
     kind = "claims"
     state_member = "st"
     carries = _CARRIES
+    mint_binds = ""
     # the token id (16) and the wire's nonce (12); jws, which takes no nonce, salts the
     # principal tag with those bytes instead (see Fresh)
     fresh_bytes = 28

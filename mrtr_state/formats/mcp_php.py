@@ -63,10 +63,12 @@ class PhpWire:
 
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         body, mac_text = self._split(token)
-        mac = _decode(mac_text, f"{self.name} MAC")
+        # keys first: of two formats of this shape, the one the keyset holds no key of says
+        # only that, and a malformed MAC is named by the format whose keys would have read it
         tried = keyset.derived(self._candidates_name, self._build_candidates)
         if not tried:
             raise no_keys(self.alg)
+        mac = _decode(mac_text, f"{self.name} MAC")
         signed = body.encode("ascii")
         for key, keyed in tried:
             state = keyed.copy()

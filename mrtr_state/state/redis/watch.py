@@ -74,6 +74,11 @@ class ServerWatch:
         self._looked_at = -math.inf
 
     @property
+    def looked(self) -> bool:
+        """Whether a server's clock has been read yet (:attr:`offset` means something)."""
+        return bool(self._verdicts)
+
+    @property
     def problem(self) -> str | None:
         """Why a server of the store cannot be written to now, or None."""
         return next((p for p, _ in self._verdicts.values() if p is not None), None)
