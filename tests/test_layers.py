@@ -38,7 +38,7 @@ LAYERS: list[set[str]] = [
     {"inspection"},
     {"tokens"},
     {"mcp", "lifecycle", "config"},
-    {"sdk_codec", "server_state", "audit", "proxy", "doctor"},
+    {"sdk_codec", "server_state", "audit", "proxy", "doctor", "probe"},
     {"_cli_api", "__init__", "__main__", "_launch"},
     {"cli"},
 ]
