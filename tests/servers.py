@@ -62,9 +62,10 @@ class NaiveServer:
 
     ``tools/call deploy {env}`` answers ``input_required`` with an elicitation and the state
     base64(JSON), then completes when retried with it; ``initialize`` is answered (a server of
-    the handshake era, which ``mrtr-state probe`` reaches after server/discover). Every JSON-RPC message it receives is kept
-    in :attr:`received`, so a test can prove that a refused state never arrived. ``mode`` is
-    ``json`` or ``sse`` (each response as its own event, after a comment line).
+    the handshake era, which ``mrtr-state probe`` reaches after server/discover). Every JSON-RPC
+    message it receives is kept in :attr:`received`, so a test can prove that a refused state
+    never arrived. ``mode`` is ``json`` or ``sse`` (each response as its own event, after a
+    comment line).
     """
 
     def __init__(self, mode: str = "json") -> None:

@@ -470,7 +470,7 @@ class _Run:
             )
             return
         for what, reply in self.refusals:
-            found = leaks_in(reply.text, self.states)
+            found = leaks_in(_words(reply), self.states)
             if found:
                 self.report.failed(
                     "error-leaks",
@@ -501,6 +501,25 @@ def _result(reply: Reply) -> dict[str, Any] | None:
         return None
     result = message.get("result")
     return result if isinstance(result, dict) else None
+
+
+def _words(reply: Reply) -> str:
+    """Everything a reply says: its text as received, and each string inside its JSON-RPC
+    message as decoded (a traceback in an error message arrives with its newlines escaped)."""
+    found = [reply.text]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            found.append(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(reply.message)
+    return "\n".join(found)
 
 
 def _state(text: str) -> str:

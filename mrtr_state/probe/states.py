@@ -129,19 +129,21 @@ def _other_of_kind(byte: int, step: int = 1) -> int:
     return byte ^ (step & 0xFF or 1)
 
 
-def _value_positions(data: bytes) -> list[int]:
-    """Positions of letters and digits inside the string values (not the member names) of
-    the JSON text ``data``."""
+def _value_ends(data: bytes) -> list[int]:
+    """For each string value (not member name) of the JSON text ``data``, the position of its
+    last letter or digit that no backslash escapes."""
     positions: list[int] = []
     for match in _STRING.finditer(data):
         after = data[match.end() : match.end() + 64].lstrip()
         if after[:1] == b":":  # a member name
             continue
-        positions.extend(
+        inside = [
             at
             for at in range(match.start() + 1, match.end() - 1)
-            if chr(data[at]).isalnum() and data[at - 1] != 0x5C
-        )
+            if chr(data[at]).isascii() and chr(data[at]).isalnum() and data[at - 1] != 0x5C
+        ]
+        if inside:
+            positions.append(inside[-1])
     return positions
 
 
@@ -174,21 +176,26 @@ class State:
 
     # --- tampered --------------------------------------------------------------------------
 
-    def tampered(self, limit: int = 3) -> list[Variant]:
-        """Up to ``limit`` states, each the issued one with one decoded byte changed."""
+    def tampered(self, limit: int = 5) -> list[Variant]:
+        """Up to ``limit`` states, each the issued one with one decoded byte changed: in each
+        readable string value (its last letter or digit: up to four values, in document order),
+        then at the first, middle and last byte of the segments that are not readable."""
+        values: list[tuple[int, int]] = []
+        opaque: list[tuple[int, int]] = []
         if self.raw_json is not None:
             data = self.text.encode("utf-8", "surrogatepass")
-            spots = [(-1, at) for at in _value_positions(data)] or [(-1, len(data) // 2)]
-        else:
-            spots = []
-            for index, segment in enumerate(self.segments):
-                if segment.encoding is None or not segment.data:
-                    continue
-                inside = _value_positions(segment.data) if segment.readable() is not None else []
-                spots += [(index, at) for at in inside or range(len(segment.data))]
-        if not spots:
-            return []
-        chosen = list(dict.fromkeys([spots[0], spots[len(spots) // 2], spots[-1]]))[:limit]
+            values = [(-1, at) for at in _value_ends(data)] or [(-1, len(data) // 2)]
+        for index, segment in enumerate(self.segments):
+            if segment.encoding is None or not segment.data:
+                continue
+            if segment.readable() is not None:
+                values += [(index, at) for at in _value_ends(segment.data)]
+            else:
+                size = len(segment.data)
+                opaque += [(index, at) for at in dict.fromkeys((0, size // 2, size - 1))]
+        spots = values[:4]
+        spots += opaque[: max(1, limit - len(spots))]
+        chosen = list(dict.fromkeys(spots))[:limit]
         return [variant for spot in chosen if (variant := self._tamper(*spot)) is not None]
 
     def _tamper(self, index: int, at: int) -> Variant | None:
