@@ -264,3 +264,16 @@ def test_the_text_report_shows_each_check_and_each_findings_evidence_and_fix() -
     assert lines[-1].endswith("5 finding(s), 3 at or above --fail-on high")
     assert any(line.split()[:2] == ["skip", "cross-principal-accepted"] for line in lines)
     assert quiet.stdout.splitlines()[-1].endswith("--fail-on none")
+
+
+def test_exit_8_is_in_the_help_and_the_docs_exit_code_tables() -> None:
+    from .helpers import ROOT
+
+    shown = " ".join(run("--help").stdout.split())
+    assert "7 proxy cannot listen, 8 probe could not probe the server, 130 interrupted" in shown
+    own = " ".join(run("probe", "--help").stdout.split())
+    assert "8 the server could not be probed" in own and "Examples:" in own
+    assert "| 8 | `probe`: the server could not be probed" in (ROOT / "docs" / "cli.md").read_text()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "7 proxy cannot listen, 8 `probe` could not probe the server, 130 interrupted" in readme
+    assert "| 8 | the server could not be probed" in (ROOT / "docs" / "probe.md").read_text()

@@ -178,6 +178,11 @@ class HttpTransport:
         data = response.read(MAX_ANSWER_BYTES + 1)
         if len(data) > MAX_ANSWER_BYTES:
             raise ProbeFailed(f"the answer to {what} is over {MAX_ANSWER_BYTES} bytes")
+        if response.length:  # a Content-Length the body fell short of: the server hung up
+            raise ProbeFailed(
+                f"the answer to {what} was cut off or unreadable: {len(data)} bytes of the "
+                f"{len(data) + response.length} its Content-Length promised"
+            )
         text = data.decode("utf-8", "replace")
         if request_id is None:  # a notification or DELETE: any 2xx will do
             if not 200 <= status < 300:
