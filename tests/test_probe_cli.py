@@ -188,7 +188,7 @@ STDIO = {
         f"{sys.executable} -c \"import sys; sys.stdin.readline(); print('hello')\"",
         "wrote a line that is not JSON-RPC: hello",
     ),
-    "hangs": (f"{sys.executable} -c \"import time; time.sleep(30)\"", "within 1s (--timeout)"),
+    "hangs": (f'{sys.executable} -c "import time; time.sleep(30)"', "within 1s (--timeout)"),
 }
 
 

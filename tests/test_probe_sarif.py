@@ -15,7 +15,7 @@ from .helpers import run
 from .probe_servers import RawServer, hang
 from .servers import NaiveServer, serving
 
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is pinned in requirements/dev.txt")
+jsonschema = pytest.importorskip("jsonschema", reason="pinned in requirements/dev.txt")
 
 DEPLOY = ("--tool", "deploy", "--arguments", '{"env":"prod"}')
 
@@ -68,8 +68,9 @@ def test_findings_become_sarif_results_at_their_severity_levels(tmp_path: Path) 
         assert result["level"] == levels[finding["severity"]]
         assert rule_ids[result["ruleIndex"]] == result["ruleId"]
         assert finding["remedy"] in result["message"]["text"]
-        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (
-            report["target"]
+        assert (
+            result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            == (report["target"])
         )
     assert one_run["invocations"] == [{"executionSuccessful": True}]
     # the same finding on the same target keeps its fingerprint from run to run; each differs
