@@ -7,7 +7,7 @@ createRequestStateCodec with and without bind), the naive base64-JSON server alo
 from __future__ import annotations
 
 import json
-import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,19 +136,18 @@ def test_a_stdio_server(tmp_path: Path) -> None:
     """The MCP SDK example (examples/github_login_server.py): KeysetCodec, single use."""
     keyset = tmp_path / "keyset.json"
     ms.Keyset.generate(("A256GCM",)).save(keyset)
-    command = f"{sys.executable} {ROOT / 'examples' / 'github_login_server.py'}"
-    env = {"MRTR_STATE_KEYSET": str(keyset), "PYTHONPATH": str(ROOT)}
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)  # the child inherits the process environment
-    try:
-        report = probe("--stdio", command, "--tool", "star_repository", "--arguments",
-                       '{"repo":"octo/cat"}', code=0)  # fmt: skip
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    # the child's environment names its keyset; the test process's own is left alone
+    command = shlex.join(
+        [
+            "env",
+            f"MRTR_STATE_KEYSET={keyset}",
+            f"PYTHONPATH={ROOT}",
+            sys.executable,
+            str(ROOT / "examples" / "github_login_server.py"),
+        ]
+    )
+    report = probe("--stdio", command, "--tool", "star_repository", "--arguments",
+                   '{"repo":"octo/cat"}', code=0)  # fmt: skip
     assert report["target"].startswith("stdio:")
     assert report["server"]["name"] == "github-helper"
     assert report["format"] == "aead"
