@@ -34,6 +34,10 @@ USAGE = {
         "the server URL needs its scheme: http://127.0.0.1:8000/mcp or https://",
     ),
     "other-scheme": (["ftp://host/mcp", *DEPLOY], "the server URL must be http:// or https://"),
+    "credentials-in-url": (
+        ["http://alice:s3cret@127.0.0.1:1/mcp", *DEPLOY],
+        "the server URL must not carry a user name or password",
+    ),
     "arguments-not-json": (
         ["http://127.0.0.1:1/mcp", "--tool", "deploy", "--arguments", "{env: prod}"],
         "--arguments is not valid JSON",

@@ -42,6 +42,11 @@ def check_url(url: str) -> str:
             f"the server URL must be http:// or https:// with a host, e.g. "
             f"http://127.0.0.1:8000/mcp; got {url!r}"
         )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "the server URL must not carry a user name or password (it is printed in reports): "
+            "give credentials with --header 'Authorization: ...' or --header @FILE"
+        )
     try:
         parts.port  # noqa: B018 (a port that is not a number raises here)
     except ValueError:
