@@ -46,6 +46,10 @@ if TYPE_CHECKING:
         rotate,
         timeline,
     )
+    from .probe import CHECKS as PROBE_CHECKS
+    from .probe import ProbeSettings, parse_header, run_probe, sarif_log
+    from .probe import Target as ProbeTarget
+    from .probe import plan as probe_plan
     from .proxy import server as proxy_server
     from .proxy.admin import AdminApp
     from .proxy.app import ProxyApp
@@ -74,12 +78,15 @@ __all__ = [
     "KEYSET_JSON_ENV",
     "KEY_ALGORITHMS",
     "OWN_ALGORITHMS",
+    "PROBE_CHECKS",
     "SDK_SECRET_BYTES",
     "AdminApp",
     "Change",
     "EncodingError",
     "HandleBackend",
     "Kek",
+    "ProbeSettings",
+    "ProbeTarget",
     "ProxyApp",
     "ProxyMetrics",
     "Settings",
@@ -109,7 +116,9 @@ __all__ = [
     "load_settings",
     "open_handle_store",
     "parse_duration",
+    "parse_header",
     "printable",
+    "probe_plan",
     "promote",
     "proxy_server",
     "prune",
@@ -117,6 +126,8 @@ __all__ = [
     "report_json",
     "retire",
     "rotate",
+    "run_probe",
+    "sarif_log",
     "sdk_kid_problem",
     "secret_length_ok",
     "secret_rule",
@@ -174,6 +185,13 @@ _WHERE = {
     "retire": ("lifecycle", "retire"),
     "rotate": ("lifecycle", "rotate"),
     "timeline": ("lifecycle", "timeline"),
+    "PROBE_CHECKS": ("probe", "CHECKS"),
+    "ProbeSettings": ("probe", "ProbeSettings"),
+    "ProbeTarget": ("probe", "Target"),
+    "parse_header": ("probe", "parse_header"),
+    "probe_plan": ("probe", "plan"),
+    "run_probe": ("probe", "run_probe"),
+    "sarif_log": ("probe", "sarif_log"),
     "proxy_server": ("proxy", "server"),
     "AdminApp": ("proxy.admin", "AdminApp"),
     "ProxyApp": ("proxy.app", "ProxyApp"),

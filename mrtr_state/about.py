@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["UNKNOWN", "build_info"]
+__all__ = ["UNKNOWN", "build_info", "package_version"]
 
 UNKNOWN = "unknown"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -26,6 +26,11 @@ def build_info() -> dict[str, str]:
         "openssl": _openssl_version(),
         "commit": _commit(),
     }
+
+
+def package_version() -> str:
+    """The installed mrtr-state's version (what a client names itself with), or "unknown"."""
+    return _package_version()
 
 
 def _package_version() -> str:

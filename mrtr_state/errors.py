@@ -50,6 +50,7 @@ __all__ = [
     "NotYetValid",
     "OversizedToken",
     "PrincipalMismatch",
+    "ProbeFailed",
     "PropagationPending",
     "ReplayStoreError",
     "Replayed",
@@ -384,3 +385,24 @@ class CapabilityMissing(MrtrStateError):
             "message": "Missing required client capability",
             "data": {"requiredCapabilities": self.required},
         }
+
+
+# --- probing a live server (exit 8) ------------------------------------------------------------
+
+
+class ProbeFailed(MrtrStateError):
+    """``probe`` could not judge the server: it is unreachable, its handshake failed, the tool
+    never asked for input, an honest retry was refused, or an answer was unreadable, late or cut
+    off. Never a verdict on the server's requestState handling: a probe that cannot tell says so
+    rather than pass.
+
+    ``report`` is what the probe had established before it stopped (a
+    :class:`mrtr_state.probe.Report`), or None.
+    """
+
+    code = "probe_failed"
+    exit_code = 8
+
+    def __init__(self, message: str, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -143,6 +143,7 @@ SLOW = (
     "test_keyset_watch.py::test_replicas_verifying_while_the_kubelet_swaps_the_secret_see_no_"
     "false_rejection",
     "test_lifecycle.py::TestRotationMachine",
+    "test_probe.py::test_a_state_still_accepted_after_wait_is_found",
     "test_proxy_http.py::test_concurrent_clients_get_their_own_answers",
     "test_proxy_jsonrpc.py::test_what_the_proxy_forwards_reads_the_same_to_a_javascript_server",
     "test_proxy_jsonrpc.py::test_what_the_proxy_forwards_reads_the_same_to_the_upstream",

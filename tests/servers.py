@@ -61,9 +61,11 @@ class NaiveServer:
     """An MCP-shaped Streamable HTTP endpoint that trusts whatever ``requestState`` it gets back.
 
     ``tools/call deploy {env}`` answers ``input_required`` with an elicitation and the state
-    base64(JSON), then completes when retried with it. Every JSON-RPC message it receives is kept
-    in :attr:`received`, so a test can prove that a refused state never arrived. ``mode`` is
-    ``json`` or ``sse`` (each response as its own event, after a comment line).
+    base64(JSON), then completes when retried with it; ``initialize`` is answered (a server of
+    the handshake era, which ``mrtr-state probe`` reaches after server/discover). Every JSON-RPC
+    message it receives is kept in :attr:`received`, so a test can prove that a refused state
+    never arrived. ``mode`` is ``json`` or ``sse`` (each response as its own event, after a
+    comment line).
     """
 
     def __init__(self, mode: str = "json") -> None:
@@ -99,6 +101,11 @@ class NaiveServer:
             return {"jsonrpc": "2.0", "id": message["id"], "result": result}
         if method == "ping":
             return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+        if method == "initialize":  # the handshake of the era before 2026-07-28, nothing more
+            version = params.get("protocolVersion", "2025-11-25")
+            info = {"name": "naive", "version": "0.0.1"}
+            result = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info}
+            return {"jsonrpc": "2.0", "id": message["id"], "result": result}
         return {
             "jsonrpc": "2.0",
             "id": message["id"],

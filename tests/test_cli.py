@@ -49,8 +49,8 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[st
 
 
 def test_every_command_is_listed() -> None:
-    # 12 top-level commands, the keys group and its 11, the config group and its show
-    assert len(_commands(cli)) == 24
+    # 13 top-level commands, the keys group and its 11, the config group and its show
+    assert len(_commands(cli)) == 25
 
 
 @pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
@@ -479,6 +479,7 @@ def _after_the_command(ks: Path, tmp_path: Path) -> dict[tuple[str, ...], list[s
         ("seal",): [],
         ("unseal",): ["-"],
         ("proxy",): ["--upstream", "ftp://nowhere", "--allow-anonymous"],  # fails after the keyset
+        ("probe",): ["http://127.0.0.1:1/mcp", "--tool", "t", "--dry-run"],  # reads no keyset
         ("keys", "add"): ["--alg", "HS256"],
         ("keys", "import"): ["--alg", "A256GCM", "--secret-file", str(secret)],
         ("keys", "list"): [],

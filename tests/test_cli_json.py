@@ -43,6 +43,10 @@ SHAPES: dict[str, tuple[set[str], set[str]]] = {
         {"clean", "error"},
     ),
     "config show": ({"settings"}, ERROR),
+    "probe": (
+        {"target", "server", "format", "checks", "findings", "requests"},
+        {"target", "server", "format", "checks", "findings", "requests", "error"},
+    ),
     "doctor": ({"ok", "settings", "checks"}, {"ok", "settings", "checks", "error"}),
     "inspect": (
         {
@@ -391,6 +395,20 @@ def test_version_config_doctor_audit(ks: Path, tmp_path: Path) -> None:
     answer("audit", ["--keyset", str(ks), "audit", str(capture)], 1)  # findings: the report
     answer("audit", ["audit", str(tmp_path / "none.jsonl")], 2)
     _usage_and_missing_keyset("audit", ["audit", str(capture)], tmp_path)
+
+
+def test_probe(tmp_path: Path) -> None:
+    """The probe's report on every outcome (a probe run whole is in tests/test_probe*.py):
+    a usage mistake, an unreachable server (8), and a plan (--dry-run)."""
+    from .servers import free_port
+
+    nobody = f"http://127.0.0.1:{free_port()}/mcp"
+    answer("probe", ["probe", "nourl", "--tool", "deploy"], 2)
+    answer("probe", ["probe", nobody, "--tool", "deploy", "--arguments", "{bad"], 2)
+    answer("probe", ["probe", nobody, "--tool", "deploy", "--no-such-flag"], 2)
+    unreached = answer("probe", ["probe", nobody, "--tool", "deploy", "--timeout", "2s"], 8)
+    assert unreached["target"] == nobody and unreached["findings"] == []
+    assert all(check["result"] == "skipped" for check in unreached["checks"])
 
 
 # --- the JSON of a usage mistake is the command's, wherever --json stands ---------------------

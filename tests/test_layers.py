@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
     {"inspection"},
     {"tokens"},
     {"mcp", "lifecycle", "config", "state", "state.tokens", "state.handles"},
-    {"sdk_codec", "server_state", "audit", "proxy", "doctor"},
+    {"sdk_codec", "server_state", "audit", "proxy", "doctor", "probe"},
     {"_cli_api", "__init__", "__main__", "_launch"},
     {"cli"},
 ]

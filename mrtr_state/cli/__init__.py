@@ -38,6 +38,7 @@ _COMMANDS = {
     "seal": "tokens:seal_cmd",
     "unseal": "tokens:unseal_cmd",
     "proxy": "proxy:proxy_cmd",
+    "probe": "probe:probe_cmd",
     "version": "diagnostics:version_cmd",
     "config": "diagnostics:config_group",
     "doctor": "diagnostics:doctor_cmd",
@@ -52,6 +53,8 @@ SUMMARIES = {
     "inspect": "Show what TOKEN (or stdin) is made of, verified if a keyset is found.",
     "keys": "Create, list and move keys through their lifecycle.",
     "mint": "Mint a requestState token; print it alone on stdout.",
+    "probe": "Check how a live MCP server guards its requestState: tampered, forged, misbound and "
+    "replayed states, tried from outside.",
     "proxy": "Serve a reverse proxy that seals every requestState the upstream emits.",
     "rotate": "Advance key rotation by one safe step; made for cron.",
     "seal": "Seal the bytes on stdin into a token (no claims).",
@@ -159,8 +162,8 @@ def cli(ctx: click.Context, keyset: str | None, config: str | None, kek: str | N
       mrtr-state inspect "$TOKEN"
 
     Exit codes: 0 valid, 1 rejected, 2 usage, 3 expired or not yet valid, 4 binding mismatch,
-    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 75 not yet (retry
-    later), 130 interrupted.
+    5 replayed, 6 keyset, config or store error, 7 proxy cannot listen, 8 probe could not probe
+    the server, 75 not yet (retry later), 130 interrupted.
     """
     ctx.obj = App(keyset_flag=keyset, config_flag=config, kek_flag=kek)
     from .._cli_api import set_kek_prompter

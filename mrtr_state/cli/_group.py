@@ -104,6 +104,16 @@ FAILURE_MEMBERS: dict[str, dict[str, Any]] = {
     "verify": {"valid": False},
     "doctor": {"ok": False, "settings": [], "checks": []},  # none read, none run
     "audit": {"clean": False},
+    # the report's members, empty: a server not probed at all (a usage error) reads as one
+    # probed not at all
+    "probe": {
+        "target": None,
+        "server": None,
+        "format": None,
+        "checks": [],
+        "findings": [],
+        "requests": 0,
+    },
 }
 
 #: The top-level options that take a value (the word after them is not the command).
