@@ -28,6 +28,8 @@ import time
 from typing import Any, NamedTuple
 
 from .errors import StateStoreError
+from .state.backend import waited
+from .state.redis import StoreFailure
 
 __all__ = [
     "MemoryHandleStore",
@@ -202,8 +204,6 @@ class RedisHandleStore:
         return self._error(doing, err)
 
     async def _call(self, doing: str, key: str, *args: Any) -> Any:
-        from .state.backend import waited
-        from .state.redis.client import StoreFailure
 
         router, _ = self._link()
         started = time.perf_counter()
@@ -216,8 +216,6 @@ class RedisHandleStore:
 
     async def _check(self) -> None:
         """Refuse to file a record with a server that may not keep it until its time."""
-        from .state.backend import waited
-        from .state.redis.client import StoreFailure
 
         router, watch = self._link()
         if watch.due():
@@ -254,7 +252,6 @@ class RedisHandleStore:
 
     async def aprobe(self) -> str | None:
         """Why the store cannot be used now (each node asked: PING), or None (readiness)."""
-        from .state.redis.client import StoreFailure
 
         router, _ = self._link()
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .binding import Binding
+from .binding import Binding, binding_of
 from .claims import Claims
 from .claims import request_id as fingerprint
 from .errors import (
@@ -245,10 +245,7 @@ def retry_binding(
     if not isinstance(token, str):
         raise MalformedToken("the retry carries no requestState string")
     target, arguments = retry_target(method, params)
-    binding = Binding(
-        principal=principal, audience=audience, method=method, target=target, arguments=arguments
-    )
-    return token, binding
+    return token, binding_of(principal, None, audience, method, target, arguments)
 
 
 _WIRE_ERROR: dict[str, Any] = {

@@ -57,6 +57,8 @@ from urllib.parse import parse_qsl, quote
 
 from . import errors as ms_errors
 from .errors import ReplayStoreError
+from .state.backend import waited
+from .state.redis import StoreFailure
 
 if TYPE_CHECKING:
     import sqlite3
@@ -334,7 +336,6 @@ class SqliteStore:
     async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
         """:meth:`redeem` on the blocking pool (:func:`mrtr_state.state.blocking.off_loop`): a
         file locked by another process holds this redemption, never the event loop."""
-        from .state.backend import waited
         from .state.blocking import off_loop
 
         started = time.perf_counter()
@@ -504,8 +505,6 @@ class RedisStore:
     async def aredeem(self, key: str, expires_at: float, *, now: float) -> bool:
         if not now < expires_at:
             return False  # expired on this replica's clock: refused, not waved through
-        from .state.backend import waited
-        from .state.redis.client import StoreFailure
 
         link = self._link()
         started = time.perf_counter()
@@ -566,7 +565,6 @@ class RedisStore:
     async def aprobe(self) -> float:
         """Reach the servers and judge them as a redemption would (clock, eviction policy);
         the server's clock minus this host's, in seconds. ``ReplayStoreError`` says why not."""
-        from .state.redis.client import StoreFailure
 
         link = self._link()
         try:

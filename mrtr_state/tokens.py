@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ._encoding import b64url_encode, encode_parsed
 from ._entropy import fresh
 from ._surrogates import BACKSLASH, refuse_lone_surrogate
-from .binding import Binding
+from .binding import Binding, binding_of
 from .claims import Claims
 from .envelopes import refuse_to_mint
 from .errors import WrongFormat
@@ -69,8 +69,8 @@ class Minted:
         return self.claims.exp
 
 
-def _bound(
-    given: Binding | None,
+def _given(
+    given: Binding,
     principal: str | None,
     request_id: str | None,
     audience: str | None,
@@ -79,18 +79,8 @@ def _bound(
     arguments: Any,
     bind: str | bytes | None,
 ) -> Binding:
-    """The binding of a call: the :class:`Binding` given, or the one its keywords state (the
-    API's two spellings; a call may use one, never both)."""
-    if given is None:
-        return Binding(
-            principal=principal,
-            request_id=request_id,
-            audience=audience,
-            method=method,
-            target=target,
-            arguments=arguments,
-            bind=bind,
-        )
+    """The :class:`Binding` a call gave, refused beside binding keywords (the API's two
+    spellings of one binding: a call uses one, never both)."""
     if type(given) is not Binding:
         raise TypeError(f"a binding must be a mrtr_state.Binding, not {type(given).__name__}")
     if not (
@@ -191,7 +181,11 @@ def issue(
     bind: str | bytes | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
-    binding = _bound(binding, principal, request_id, audience, method, target, arguments, bind)
+    binding = (
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if binding is None
+        else _given(binding, principal, request_id, audience, method, target, arguments, bind)
+    )
     token, key, fmt, claims = _mint(keyset, state, binding, ttl, format, now, policy)
     return Minted(
         token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims, key.kid)
@@ -227,7 +221,11 @@ def mint(
     ``binding=Binding(...)`` states the same values as one object (:class:`Binding`), instead
     of the keywords; a call gives one or the other.
     """
-    binding = _bound(binding, principal, request_id, audience, method, target, arguments, bind)
+    binding = (
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if binding is None
+        else _given(binding, principal, request_id, audience, method, target, arguments, bind)
+    )
     return _mint(keyset, state, binding, ttl, format, now, policy)[0]
 
 
@@ -264,7 +262,11 @@ def verify(
     ``expect=Binding(...)`` states the expected binding as one object (:class:`Binding`),
     instead of the keywords; a call gives one or the other.
     """
-    binding = _bound(expect, principal, request_id, audience, method, target, arguments, bind)
+    binding = (
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if expect is None
+        else _given(expect, principal, request_id, audience, method, target, arguments, bind)
+    )
     return _verified(keyset, token, binding, format, now, policy, once, None)
 
 
@@ -316,7 +318,11 @@ def verify_for_output(
     rmcp payload that is not JSON is given as base64url (not JSON: the caller says so). A batch
     (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state.
     """
-    binding = _bound(expect, principal, request_id, audience, method, target, arguments, bind)
+    binding = (
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if expect is None
+        else _given(expect, principal, request_id, audience, method, target, arguments, bind)
+    )
     carried: list[str] = []
     claims = _verified(keyset, token, binding, format, now, policy, once, carried)
     if carried:

@@ -806,8 +806,16 @@ def test_a_new_connection_is_judged_before_its_first_command(redis_url: str) -> 
     client.config_set("maxmemory-policy", "volatile-lru")
     try:
         client.client_kill_filter(_type="normal", skipme=True)  # the store's link is cut
-        with pytest.raises(ms.StateStoreError, match="may evict records"):
-            handles.take("mrtr-state:state:a", "x" * 43)
+        # a command sent before the store saw its link close fails closed ("the connection
+        # closed"); the next opens a new link, judged before anything is sent on it
+        refusals = []
+        for _ in range(2):
+            with pytest.raises(ms.StateStoreError) as refused:
+                handles.take("mrtr-state:state:a", "x" * 43)
+            refusals.append(str(refused.value))
+            if "may evict records" in refusals[-1]:
+                break
+        assert "may evict records" in refusals[-1], refusals
     finally:
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", "0")

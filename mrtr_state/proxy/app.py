@@ -101,10 +101,10 @@ _ONCE = frozenset(
 )
 _JSON = b"application/json"
 _BOM = b"\xef\xbb\xbf"
-#: The bytes a principal's value may hold: visible ASCII, SP, HTAB and obs-text (UTF-8's bytes
-#: among them), never a control character. The framer refuses those in any header already;
-#: checked again where the principal is read, since it decides whose a state is.
-_PRINTABLE = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
+#: A control character (any but HTAB): never in a principal's value. The framer refuses them in
+#: any header already; checked again where the principal is read, since it decides whose a
+#: state is. (Obs-text, UTF-8's bytes among them, is allowed.)
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _EVENTS = b"text/event-stream"
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e]|\\[\t \x21-\x7e])*+"'
@@ -212,8 +212,7 @@ class ProxyApp:
         try:
             plan = await self._inspect(scope, receive, state)
             if plan.forward is None:  # every message was refused: answered here
-                if self.guard.metrics is not None:
-                    self.guard.metrics.observe_work(plan.work)
+                self._observe_work(plan)
                 refusals = plan.exchange.refusals
                 await _respond(send, 200, refusals if plan.exchange.batch else refusals[0], [])
                 return
@@ -294,12 +293,9 @@ class ProxyApp:
                 raise Refusal(415, INVALID_REQUEST, "the body begins with a byte order mark", "bom")
             parsed = parse_body(body)
             check_routing_headers(headers, parsed)
-            waits = store_waits()  # a store's round trips are not the proxy's own work
             exchange = await Exchange.build(self.guard, parsed, principal, audience)
             plan = _Plan(method, target, forwarded, exchange, exchange.forward_body(body))
-            plan.work = time.perf_counter() - started - waits.total()
-            if self.guard.metrics is not None and waits.count:
-                self.guard.metrics.observe_store(waits.total())
+            plan.work = time.perf_counter() - started
             return plan
         if body:
             raise Refusal(
@@ -324,8 +320,19 @@ class ProxyApp:
             await self._relay(response, plan, state)
         finally:
             response.release()
-            if metrics is not None:
-                metrics.observe_work(plan.work)
+            self._observe_work(plan)
+
+    def _observe_work(self, plan: _Plan) -> None:
+        """Count the proxy's own work on a request: its measured time less its waits on its
+        state or replay store (counted apart). Each request runs in a task of its own, and
+        stores count their waits in the task's context: the total is this request's."""
+        metrics = self.guard.metrics
+        if metrics is None:
+            return
+        waited = store_waits()
+        metrics.observe_work(plan.work - waited)
+        if waited:
+            metrics.observe_store(waited)
 
     def _principal(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         name = self.principal_header
@@ -360,7 +367,7 @@ class ProxyApp:
                 "principal_repeated",
             )
         value = values[0].strip(b" \t") if values else b""  # RFC 9110 OWS, nothing else
-        if value.translate(None, _PRINTABLE):
+        if _CONTROL.search(value) is not None:
             what = name.decode("latin-1") if name else "authorization"
             raise Refusal(
                 400,
@@ -408,11 +415,8 @@ class ProxyApp:
                 "and event streams it has read"
             )
         started = time.perf_counter()
-        waits = store_waits()
         answer = await _rewrite_answer(exchange, content)
-        plan.work += time.perf_counter() - started - waits.total()
-        if self.guard.metrics is not None and waits.count:
-            self.guard.metrics.observe_store(waits.total())
+        plan.work += time.perf_counter() - started
         if answer is DROP:  # another exchange's answer, or an answer twice: never relayed
             response.discard()
             raise UpstreamError(FOREIGN_ANSWER)
@@ -438,7 +442,6 @@ class ProxyApp:
         if exchange.refusals:  # answered first, as their own events
             first = _as_events(exchange.refusals)
             await send({"type": "http.response.body", "body": first, "more_body": True})
-        waits = store_waits()
         while (chunk := await response.next_chunk()) is not None:
             started = clock()
             out = await events.afeed(chunk)
@@ -446,9 +449,6 @@ class ProxyApp:
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
         last = await events.aclose()
-        plan.work -= waits.total()
-        if self.guard.metrics is not None and waits.count:
-            self.guard.metrics.observe_store(waits.total())
         if exchange.foreign:  # the connection carried what this exchange never asked for
             response.discard()
         await state.finish(last + _as_events(exchange.missing_answers()))
@@ -640,12 +640,24 @@ def _check_body_meaning(headers: list[tuple[bytes, bytes]]) -> None:
     that is ``utf-8`` (any case, quoted or not), and no Content-Encoding but ``identity``. (A
     Content-Type given twice is refused earlier, with the other single-valued headers.)
     """
-    types = [value for name, value in headers if name == b"content-type"]
-    if not types:
+    content_type = None
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value  # given once: a second is refused with the single headers
+        elif name == b"content-encoding" and value.strip(b" \t").lower() != b"identity":
+            raise Refusal(
+                415,
+                INVALID_REQUEST,
+                "the body must not be content-encoded (the proxy forwards only what it read)",
+                "content_encoding",
+            )
+    if content_type == _JSON:  # the common spelling: nothing more to read
+        return
+    if content_type is None:
         raise Refusal(
             415, INVALID_REQUEST, "a POST body needs Content-Type: application/json", "media_type"
         )
-    match = _CONTENT_TYPE.fullmatch(types[0])
+    match = _CONTENT_TYPE.fullmatch(content_type)
     if match is None or match.group(1).lower() != _JSON:
         raise Refusal(
             415, INVALID_REQUEST, "the body must be Content-Type: application/json", "media_type"
@@ -665,14 +677,6 @@ def _check_body_meaning(headers: list[tuple[bytes, bytes]]) -> None:
         charsets += 1
     if charsets > 1:
         raise Refusal(415, INVALID_REQUEST, "the Content-Type names charset twice", "media_type")
-    for name, value in headers:
-        if name == b"content-encoding" and value.strip(b" \t").lower() != b"identity":
-            raise Refusal(
-                415,
-                INVALID_REQUEST,
-                "the body must not be content-encoded (the proxy forwards only what it read)",
-                "content_encoding",
-            )
 
 
 async def _rewrite_answer(exchange: Exchange, content: bytes) -> Any:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._encoding import encode_wire
-from ..binding import Binding
+from ..binding import binding_of
 from ..errors import (
     InvalidClaims,
     InvalidToken,
@@ -120,6 +120,8 @@ class StateGuard:
         self.backend = backend
         #: what the guard gives clients: a token format (``aead``), or ``handle``
         self.format = backend.name
+        #: what names a state in a log line: its token's key id, or its record's reference
+        self._ref_name = backend.ref_name
         self.keyset = keyset
         self.audience = audience
         self.metrics = metrics
@@ -181,6 +183,16 @@ class StateGuard:
         """
         if not self.needs_sealing(response):
             return response
+        return await self._seal(response, request, principal, audience)
+
+    async def _seal(
+        self,
+        response: dict[str, Any],
+        request: Mapping[str, Any] | None,
+        principal: str | None,
+        audience: str | None,
+    ) -> Any:
+        """:meth:`seal_response` of a response :meth:`needs_sealing` has picked."""
         result = response.get("result")
         odd = ambiguous_member(response, "message")
         if odd is None and "method" in response and "result" in response:
@@ -202,13 +214,8 @@ class StateGuard:
         params = request.get("params")
         target, arguments = request_target(method, params if type(params) is dict else None)
         try:
-            binding = Binding(
-                principal=principal,
-                audience=self.audience if audience is _CONFIGURED else audience,
-                method=method,
-                target=target,
-                arguments=arguments,
-            )
+            bound = self.audience if audience is _CONFIGURED else audience
+            binding = binding_of(principal, None, bound, method, target, arguments)
             sealed = await self.backend.seal(result["requestState"], binding)
         except (StateStoreError, ReplayStoreError) as err:
             if self.metrics is not None:
@@ -218,14 +225,9 @@ class StateGuard:
         except (ValueError, InvalidToken) as err:  # oversized state, no primary key...
             self.report("refused", started, "unsealable", reason=str(err), method=method)
             return _error(response.get("id"), -32603, UNPROTECTED)
-        self.report("sealed", started, "ok", method=method, **self._ref(sealed.ref))
+        ref = sealed.ref
+        self.report("sealed", started, "ok", method=method, **{self._ref_name: ref} if ref else {})
         return {**response, "result": {**result, "requestState": sealed.carried}}
-
-    def _ref(self, ref: str | None) -> dict[str, str]:
-        """What names a state in a log line: its token's key id, or its record's reference."""
-        if ref is None:
-            return {}
-        return {self.backend.ref_name: ref}
 
     # --- inbound -------------------------------------------------------------------------
 
@@ -270,7 +272,8 @@ class StateGuard:
         except InvalidToken as err:
             self.report("refused", started, err.code, reason=str(err), method=method)
             return None, {"jsonrpc": "2.0", "id": message.get("id"), "error": wire_error(err)}
-        self.report("opened", started, "ok", method=method, **self._ref(opened.ref))
+        ref = opened.ref
+        self.report("opened", started, "ok", method=method, **{self._ref_name: ref} if ref else {})
         return {**message, "params": {**params, "requestState": opened.state}}, None
 
 
@@ -387,8 +390,11 @@ class Exchange:
         if type(message) is not dict:
             return message
         request: Mapping[str, Any] | None = None
-        if _is_response(message):
-            key = self._key_of(message)
+        if "id" in message and "method" not in message:  # a response
+            try:
+                key: tuple[str, Any] | None = id_key(message["id"])
+            except Refusal:
+                key = None
             request = self.requests.get(key) if key is not None else None
             # an error with a null id (a session gone...) answers no request: it may pass
             stray = not (message["id"] is None and "error" in message)
@@ -406,14 +412,7 @@ class Exchange:
                 self._answered.add(key)  # type: ignore[arg-type]
         if not self.guard.needs_sealing(message):
             return message
-        return await self.guard.seal_response(message, request, self.principal, self.audience)
-
-    @staticmethod
-    def _key_of(message: dict[str, Any]) -> tuple[str, Any] | None:
-        try:
-            return id_key(message["id"])
-        except Refusal:
-            return None
+        return await self.guard._seal(message, request, self.principal, self.audience)
 
     def dropped(self, reason: str) -> None:
         """An event the stream could not inspect was dropped (it never reached the client)."""

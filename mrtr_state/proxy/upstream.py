@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import ssl
-import sys
 import termios
 import time
 from collections import deque
@@ -51,6 +50,9 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        #: the socket's descriptor, asked whether bytes wait unread before the connection is
+        #: reused (None: it cannot be asked, so it is not reused)
+        self.fd: int | None = None
         self.idle_since = 0.0
         self.lost = False
         self._loop = asyncio.get_running_loop()
@@ -79,6 +81,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        self.fd = None if sock is None else sock.fileno()
 
     def data_received(self, data: bytes) -> None:
         if self.complete:
@@ -211,19 +215,23 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _unread(transport: asyncio.Transport) -> bool:
+def _unread(connection: _Connection) -> bool:
     """Whether bytes wait on the connection's socket that the loop has not read yet (a late
     answer the upstream sent after the one asked for): such a connection is never reused, lest
-    those bytes be read as the next request's answer. One ``ioctl`` (FIONREAD); a socket that
-    cannot be asked counts as holding bytes."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
+    those bytes be read as the next request's answer. One ``ioctl`` (FIONREAD) into a writable
+    buffer (a bytes argument would cost a refused conversion first); a socket that cannot be
+    asked counts as holding bytes."""
+    if connection.fd is None:
         return True
+    waiting = bytearray(4)
     try:
-        waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    except (OSError, ValueError):
+        fcntl.ioctl(connection.fd, termios.FIONREAD, waiting, True)
+    except OSError:
         return True
-    return int.from_bytes(waiting, sys.byteorder) != 0
+    return waiting != _NONE_WAITING
+
+
+_NONE_WAITING = bytearray(4)
 
 
 #: The response headers the proxy reads, besides passing them on.
@@ -367,7 +375,7 @@ class Upstream:
                 and transport is not None
                 and not transport.is_closing()
                 and now - connection.idle_since < _IDLE_SECONDS
-                and not _unread(transport)
+                and not _unread(connection)
             ):
                 connection._reset()
                 self._busy.add(connection)

@@ -13,9 +13,9 @@ third backend (a database, a KMS-wrapped record) is a new class here and nothing
 Two faces, one implementation. The proxy awaits :meth:`StateBackend.seal` and
 :meth:`StateBackend.open` on its event loop, where nothing may wait on a store; the Python SDK's
 codec and the CLI are synchronous and call :meth:`StateBackend.seal_sync` and
-:meth:`StateBackend.open_sync`. A backend writes each operation once, as a coroutine that
-awaits its store through the one function it is handed: the store's asyncio face for the async
-call, or its blocking face wrapped by :func:`blocking` for the sync call. A coroutine whose
+:meth:`StateBackend.open_sync`. A backend writes each operation once, as the coroutine of its
+async face, which awaits its store's asyncio face by default; the sync face calls that same
+coroutine with the store's blocking face instead (wrapped by :func:`blocking`). A coroutine whose
 every await completes at once never suspends, and :func:`finish` runs it to its end without an
 event loop: the sync face is the same code, not a copy of it.
 
@@ -39,7 +39,6 @@ __all__ = [
     "Opened",
     "Sealed",
     "StateBackend",
-    "StoreWaits",
     "blocking",
     "finish",
     "store_waits",
@@ -122,34 +121,22 @@ def finish(operation: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a state backend's sync face was handed a store operation that waits")
 
 
-class StoreWaits:
-    """How many times, and how long in all, one task waited on a store since it started
-    counting (:func:`store_waits`): the proxy tells its own work from its stores' round trips."""
-
-    __slots__ = ("count", "seconds")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.seconds = 0.0
-
-    def total(self) -> float:
-        return self.seconds
-
-
-_WAITS: ContextVar[StoreWaits | None] = ContextVar("mrtr_state_store_waits", default=None)
-
-
-def store_waits() -> StoreWaits:
-    """Count, from now on, the current task's waits on stores (a fresh count)."""
-    waits = StoreWaits()
-    _WAITS.set(waits)
-    return waits
+_WAITED: ContextVar[list[float] | None] = ContextVar("mrtr_state_store_waits", default=None)
 
 
 def waited(seconds: float) -> None:
     """A store operation of the current task took ``seconds`` (a store's asyncio face says so
-    when its operation ends, failed or not)."""
-    waits = _WAITS.get()
-    if waits is not None:
-        waits.count += 1
-        waits.seconds += seconds
+    when its operation ends, failed or not). Kept in the task's context, made on its first wait:
+    a task that never waits on a store pays nothing for the count."""
+    total = _WAITED.get()
+    if total is None:
+        _WAITED.set([seconds])
+    else:
+        total[0] += seconds
+
+
+def store_waits() -> float:
+    """How long the current task has waited on stores so far (seconds): the proxy takes it
+    before and after a piece of work, to tell its own work from its stores' round trips."""
+    total = _WAITED.get()
+    return 0.0 if total is None else total[0]

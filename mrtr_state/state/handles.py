@@ -55,13 +55,9 @@ class HandleBackend:
         self.max_skew = max_skew
         self.clock = clock
 
-    async def seal(self, state: Any, binding: Binding) -> Sealed:
-        return await self._seal(state, binding, self.store.aput)
-
-    def seal_sync(self, state: Any, binding: Binding) -> Sealed:
-        return finish(self._seal(state, binding, blocking(self.store.put)))
-
-    async def _seal(self, state: Any, binding: Binding, put: Put) -> Sealed:
+    async def seal(self, state: Any, binding: Binding, put: Put | None = None) -> Sealed:
+        """The async face (``put``: the store's, by default its asyncio face; the sync face
+        hands its blocking one, and runs this same coroutine)."""
         if type(state) is not str:
             raise ValueError(f"a handle's record keeps text, not {type(state).__name__}")
         size = len(state.encode("utf-8", "surrogatepass"))
@@ -70,22 +66,23 @@ class HandleBackend:
         handle = new_handle()
         now = self.clock()
         value = encode_record(handle, state, binding, now=now, ttl=self.ttl)
-        await put(handle.key, value, now + self.ttl + self.max_skew)
+        await (put or self.store.aput)(handle.key, value, now + self.ttl + self.max_skew)
         return Sealed(handle.text, handle.ref)  # the ref names the record in logs, never it
 
-    async def open(self, carried: str, binding: Binding) -> Opened:
-        return await self._open(carried, binding, self.store.atake)
+    def seal_sync(self, state: Any, binding: Binding) -> Sealed:
+        return finish(self.seal(state, binding, blocking(self.store.put)))
 
-    def open_sync(self, carried: str, binding: Binding) -> Opened:
-        return finish(self._open(carried, binding, blocking(self.store.take)))
-
-    async def _open(self, carried: str, binding: Binding, take: Take) -> Opened:
+    async def open(self, carried: str, binding: Binding, take: Take | None = None) -> Opened:
+        """The async face (``take`` as ``put`` for :meth:`seal`)."""
         handle = read_handle(carried)
-        found = await take(handle.key, lock_of(handle, binding))
+        found = await (take or self.store.atake)(handle.key, lock_of(handle, binding))
         if found is None:
             raise UnknownHandle("unknown handle: never issued, already used, or expired")
         record = redeem(handle, found.value, found.handed, binding, now=self.clock())
         return Opened(record.state, handle.ref)
+
+    def open_sync(self, carried: str, binding: Binding) -> Opened:
+        return finish(self.open(carried, binding, blocking(self.store.take)))
 
     async def aprobe(self) -> str | None:
         problem: str | None = await self.store.aprobe()

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..policy import DEFAULT_FORMAT, DEFAULT_POLICY, Policy
+from ..replay import redemption, replayed
 from ..tokens import issue, verify
 from .backend import Opened, Sealed, blocking, finish
 
@@ -52,13 +53,7 @@ class TokenBackend:
         self.clock = clock
 
     async def seal(self, state: Any, binding: Binding) -> Sealed:
-        return self._seal(state, binding)
-
-    def seal_sync(self, state: Any, binding: Binding) -> Sealed:
-        return self._seal(state, binding)
-
-    def _seal(self, state: Any, binding: Binding) -> Sealed:
-        # no store is touched: both faces are this one call
+        # no store is touched: the sync face runs this very coroutine, which never waits
         minted = issue(
             self.keyset,
             state,
@@ -70,27 +65,26 @@ class TokenBackend:
         )
         return Sealed(minted.token, minted.kid)
 
-    async def open(self, carried: str, binding: Binding) -> Opened:
-        redeem = None if self.replay is None else self.replay.aredeem
-        return await self._open(carried, binding, redeem)
+    def seal_sync(self, state: Any, binding: Binding) -> Sealed:
+        return finish(self.seal(state, binding))
 
-    def open_sync(self, carried: str, binding: Binding) -> Opened:
-        redeem = None if self.replay is None else blocking(self.replay.redeem)
-        return finish(self._open(carried, binding, redeem))
-
-    async def _open(self, carried: str, binding: Binding, redeem: Redeem | None) -> Opened:
-        from ..replay import redemption, replayed
-
+    async def open(self, carried: str, binding: Binding, redeem: Redeem | None = None) -> Opened:
+        """The async face (``redeem``: the replay store's, by default its asyncio face; the
+        sync face hands its blocking one, and runs this same coroutine)."""
         moment = self.clock()
         claims = verify(
             self.keyset, carried, expect=binding, format=self.name, policy=self.policy, now=moment
         )
-        if redeem is not None:
-            assert self.replay is not None
-            key, exp = redemption(claims.exp, claims.jti, carried, self.replay, moment)
-            if not await redeem(key, exp, now=moment):
+        replay = self.replay
+        if replay is not None:
+            key, exp = redemption(claims.exp, claims.jti, carried, replay, moment)
+            if not await (redeem or replay.aredeem)(key, exp, now=moment):
                 raise replayed()
         return Opened(claims.state, claims.kid, claims)
+
+    def open_sync(self, carried: str, binding: Binding) -> Opened:
+        redeem = None if self.replay is None else blocking(self.replay.redeem)
+        return finish(self.open(carried, binding, redeem))
 
     async def aprobe(self) -> str | None:
         """Why the replay store cannot be used now, or None (a keyset is the caller's to

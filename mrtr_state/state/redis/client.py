@@ -32,13 +32,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import StoreFailure
 from .url import RedisTarget, parse_url
 
 __all__ = ["Node", "OnOpen", "Router", "StoreFailure", "connect", "router_for", "slot_of"]
-
-
-class StoreFailure(Exception):
-    """A command did not get an answer it could use."""
 
 
 def _crc16_table() -> list[int]:

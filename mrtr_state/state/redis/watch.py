@@ -23,7 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .client import Node, Router, StoreFailure, _Link
+from . import StoreFailure
+from .client import Node, Router, _Link
 
 __all__ = ["CHECK_EVERY", "ServerWatch", "info_fields", "server_problem"]
 
@@ -71,17 +72,14 @@ class ServerWatch:
         self.kept = kept
         self.offset = 0.0
         self._verdicts: dict[str, tuple[str | None, float]] = {}
+        #: why a server of the store cannot be written to now, or None (kept as verdicts come)
+        self.problem: str | None = None
         self._looked_at = -math.inf
 
     @property
     def looked(self) -> bool:
         """Whether a server's clock has been read yet (:attr:`offset` means something)."""
         return bool(self._verdicts)
-
-    @property
-    def problem(self) -> str | None:
-        """Why a server of the store cannot be written to now, or None."""
-        return next((p for p, _ in self._verdicts.values() if p is not None), None)
 
     def due(self) -> bool:
         """Whether the servers are to be looked at again before the next write."""
@@ -97,6 +95,7 @@ class ServerWatch:
     async def look(self, router: Router) -> None:
         """Judge every primary of ``router`` now (a cluster's each)."""
         self._verdicts.clear()
+        self.problem = None
         for node in await router.nodes():
             await self._judge(node.where, node.call)
         self._looked_at = time.monotonic()
@@ -108,6 +107,8 @@ class ServerWatch:
         offset = int(seconds) + int(micros) / 1e6 - (before + after) / 2
         memory = info_fields(await send("INFO", "memory"))
         problem = server_problem(memory, offset, self.max_skew, self.kept)
-        self._verdicts[where] = (problem, offset)
-        self.offset = max((o for _, o in self._verdicts.values()), key=abs)
+        verdicts = self._verdicts
+        verdicts[where] = (problem, offset)
+        self.offset = max((o for _, o in verdicts.values()), key=abs)
+        self.problem = next((p for p, _ in verdicts.values() if p is not None), None)
         return problem
