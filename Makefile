@@ -53,6 +53,7 @@ bench: $(STAMP) ## Benchmark against the raw primitives and peer libraries (writ
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/proxy_load.py
 	$(BIN)/python bench/handles.py
+	$(BIN)/python bench/redis_clients.py
 
 FUZZ_RUNS    ?= 1000000
 FUZZ_SECONDS ?= 600

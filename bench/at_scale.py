@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import mrtr_state as ms
-from mrtr_state.replay import MemoryStore, RedisStore, SqliteStore
+from mrtr_state.state.replay import MemoryStore, RedisStore, SqliteStore
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))

@@ -30,6 +30,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import mrtr_state as ms
+from mrtr_state.keys.keyset import OWN_ALGORITHMS
 
 HERE = Path(__file__).resolve().parent
 REPEATS = 5
@@ -520,7 +521,7 @@ def keyset_size_ratio() -> dict[str, float]:
 
 def replay_rates(keyset: ms.Keyset) -> dict[str, float]:
     """Single-use verification (verify + redeem) per second, per store."""
-    from mrtr_state.replay import MemoryStore, SqliteStore
+    from mrtr_state.state.replay import MemoryStore, SqliteStore
 
     rates: dict[str, float] = {}
     count = 5000
@@ -531,7 +532,7 @@ def replay_rates(keyset: ms.Keyset) -> dict[str, float]:
         }
         redis_server = _start_redis(folder)
         if redis_server is not None:
-            from mrtr_state.replay import RedisStore
+            from mrtr_state.state.replay import RedisStore
 
             stores["redis"] = RedisStore(redis_server[1])
         try:
@@ -806,7 +807,7 @@ def _ratios(size: dict[str, Any]) -> str:
 def main() -> None:
     secret = os.urandom(32)
     keyset = ms.Keyset.generate(
-        (*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1")
+        (*OWN_ALGORITHMS, "mcp-py-v1", "mcp-rb-v1", "mcp-rs-v1", "mcp-php-v1")
     )
     rows = raw_rows(secret)
     rows += our_rows(keyset)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import mrtr_state as ms
-from mrtr_state.kek import kek_from_uri
+from mrtr_state.keys.kek import kek_from_uri
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

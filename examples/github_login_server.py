@@ -17,8 +17,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 
-from mrtr_state.replay import open_store
-from mrtr_state.sdk_codec import KeysetCodec
+from mrtr_state.sdk.codec import KeysetCodec
+from mrtr_state.state.replay import open_store
 
 KEYSET = os.environ.get("MRTR_STATE_KEYSET", "keys/keyset.json")
 

@@ -20,16 +20,17 @@ from _harness import run
 
 with atheris.instrument_imports():
     import mrtr_state as ms
+    from mrtr_state.keys.keyset import Key
 
     # The library imports these lazily; load them here so that they are instrumented too.
-    from mrtr_state.envelopes import mcp_java as _java_envelope  # noqa: F401
-    from mrtr_state.envelopes import mcp_php as _php_envelope  # noqa: F401
-    from mrtr_state.envelopes import mcp_py as _py_envelope  # noqa: F401
-    from mrtr_state.envelopes import mcp_rb as _rb_envelope  # noqa: F401
-    from mrtr_state.envelopes import mcp_rs as _rs_envelope  # noqa: F401
-    from mrtr_state.envelopes import mcp_ts as _ts_envelope  # noqa: F401
-    from mrtr_state.envelopes import own as _own_envelope  # noqa: F401
-    from mrtr_state.formats import (  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_java as _java_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_php as _php_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_py as _py_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_rb as _rb_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_rs as _rs_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import mcp_ts as _ts_envelope  # noqa: F401
+    from mrtr_state.tokens.envelopes import own as _own_envelope  # noqa: F401
+    from mrtr_state.tokens.formats import (  # noqa: F401
         aead,
         jwe,
         jws,
@@ -41,7 +42,6 @@ with atheris.instrument_imports():
         mcp_rs2,
         mcp_ts,
     )
-    from mrtr_state.keyset import Key
 
 NOW = 1_800_000_000
 REQUEST: dict[str, Any] = {"method": "tools/call", "target": "t", "arguments": {}}

@@ -10,8 +10,6 @@ assert claims.state == {"step": 2}
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .binding import Binding
-    from .claims import Claims, arguments_digest, request_id
     from .errors import (
         PUBLIC_MESSAGE,
         AudienceMismatch,
@@ -51,10 +49,11 @@ if TYPE_CHECKING:
         UnknownKeyId,
         WrongFormat,
     )
-    from .keyset import Key, Keyset
-    from .policy import DEFAULT_POLICY, Policy
-    from .replay import ReplayStore, open_store
-    from .tokens import (
+    from .keys.keyset import Key, Keyset
+    from .state.replay import ReplayStore, open_store
+    from .tokens.binding import Binding
+    from .tokens.claims import Claims, arguments_digest, request_id
+    from .tokens.facade import (
         Inspection,
         Minted,
         inspect,
@@ -65,27 +64,28 @@ if TYPE_CHECKING:
         verify,
         verify_for_output,
     )
+    from .tokens.policy import DEFAULT_POLICY, Policy
 
 # Each name is imported from its module on first use (PEP 562): a command that verifies one aead
 # token then loads the modules it runs, not the replay stores, SDK envelopes or key lifecycle.
 _WHERE = {
     "AudienceMismatch": "errors",
     "BadSignature": "errors",
-    "Binding": "binding",
+    "Binding": "tokens.binding",
     "BindingMismatch": "errors",
-    "Claims": "claims",
+    "Claims": "tokens.claims",
     "ConfigError": "errors",
-    "DEFAULT_POLICY": "policy",
+    "DEFAULT_POLICY": "tokens.policy",
     "ExpiredToken": "errors",
-    "Inspection": "tokens",
+    "Inspection": "tokens.facade",
     "InvalidClaims": "errors",
     "InvalidToken": "errors",
     "KekRefused": "errors",
     "KekRequired": "errors",
     "KekUnavailable": "errors",
-    "Key": "keyset",
+    "Key": "keys.keyset",
     "KeyRetired": "errors",
-    "Keyset": "keyset",
+    "Keyset": "keys.keyset",
     "KeysetError": "errors",
     "KeysetExists": "errors",
     "KeysetInvalid": "errors",
@@ -95,17 +95,17 @@ _WHERE = {
     "KeysetTampered": "errors",
     "LifetimeBeyondStore": "errors",
     "MalformedToken": "errors",
-    "Minted": "tokens",
+    "Minted": "tokens.facade",
     "MrtrStateError": "errors",
     "NoPrimaryKey": "errors",
     "NotYetValid": "errors",
     "OversizedToken": "errors",
     "PUBLIC_MESSAGE": "errors",
-    "Policy": "policy",
+    "Policy": "tokens.policy",
     "PrincipalMismatch": "errors",
     "ProbeFailed": "errors",
     "PropagationPending": "errors",
-    "ReplayStore": "replay",
+    "ReplayStore": "state.replay",
     "ReplayStoreError": "errors",
     "Replayed": "errors",
     "RequestMismatch": "errors",
@@ -115,32 +115,64 @@ _WHERE = {
     "UnknownKey": "errors",
     "UnknownKeyId": "errors",
     "WrongFormat": "errors",
-    "arguments_digest": "claims",
-    "inspect": "tokens",
-    "issue": "tokens",
-    "mint": "tokens",
-    "open_store": "replay",
-    "request_id": "claims",
-    "seal": "tokens",
-    "unseal": "tokens",
-    "verify": "tokens",
-    "verify_for_output": "tokens",
+    "arguments_digest": "tokens.claims",
+    "inspect": "tokens.facade",
+    "issue": "tokens.facade",
+    "mint": "tokens.facade",
+    "open_store": "state.replay",
+    "request_id": "tokens.claims",
+    "seal": "tokens.facade",
+    "unseal": "tokens.facade",
+    "verify": "tokens.facade",
+    "verify_for_output": "tokens.facade",
 }
 
 
-_SUBMODULES = frozenset(
-    {"audit", "binding", "claims", "config", "envelopes", "errors", "formats", "inspection"}
-    | {"key_derivation", "keyfile", "keyset", "keyset_store", "keyset_watch", "keytable"}
-    | {"lifecycle", "mcp", "policy", "registry", "replay", "sdk_codec", "tokens"}
-    | {"handles", "handle_store", "server_state"}
-)
+#: The package's modules, reached as attributes (``ms.keys``): the wings, and the modules of
+#: 0.1.0 under their old names, which now warn and name their new place.
+_WINGS = frozenset({"audit", "cli", "config", "errors", "keys", "probe", "proxy", "sdk", "state"})
+_WINGS = _WINGS | {"tokens"}
+_MOVED_MODULES = {
+    "binding": "tokens.binding",
+    "claims": "tokens.claims",
+    "encrypted_keyset": "keys.encryption",
+    "envelopes": "tokens.envelopes",
+    "formats": "tokens.formats",
+    "handle_store": "state.handle_store",
+    "handles": "state.records",
+    "inspection": "tokens.inspection",
+    "kek": "keys.kek",
+    "key_derivation": "keys.derivation",
+    "keyfile": "keys.file",
+    "keyset": "keys.keyset",
+    "keyset_store": "keys.store",
+    "keyset_watch": "keys.watch",
+    "keytable": "keys.key",
+    "lifecycle": "keys.lifecycle",
+    "mcp": "sdk.mcp",
+    "policy": "tokens.policy",
+    "registry": "tokens.registry",
+    "replay": "state.replay",
+    "sdk_codec": "sdk.codec",
+    "server_state": "state.handles",
+}
 
 
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in _SUBMODULES:
+    if name in _WINGS:
         return importlib.import_module(f"{__name__}.{name}")
+    moved = _MOVED_MODULES.get(name)
+    if moved is not None:
+        import warnings
+
+        warnings.warn(
+            f"mrtr_state.{name} is deprecated: it is mrtr_state.{moved}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(f"{__name__}.{moved}")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'mrtr_state' has no attribute {name!r}")
@@ -149,11 +181,35 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def _moved(module: str, homes: dict[str, str]) -> tuple[Any, Any]:
+    """The ``__getattr__`` and ``__dir__`` of a deprecated 0.1.0 module whose names now live in
+    ``homes`` (name -> module): each name is handed on from its new home, with a
+    ``DeprecationWarning`` that names it."""
+    import importlib
+    import warnings
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module}.{name} is deprecated: import it from {home}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
+
+    def __dir__() -> list[str]:
+        return sorted(homes)
+
+    return __getattr__, __dir__
+
+
 def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_POLICY",

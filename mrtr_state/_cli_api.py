@@ -17,16 +17,12 @@ if TYPE_CHECKING:
     from ._encoding import EncodingError, json_dumps, json_loads, report_json
     from ._printable import printable, terminal_json
     from .about import build_info
-    from .audit import FINDING_KINDS, audit_capture
-    from .binding import binding_of
+    from .audit.capture import FINDING_KINDS, audit_capture
+    from .audit.doctor import diagnose, effective_settings
     from .config import KEYSET_JSON_ENV, Settings, load_settings
-    from .doctor import diagnose, effective_settings
     from .durations import format_duration, parse_duration
     from .errors import UnknownHandle
-    from .handle_store import open_handle_store
-    from .kek import Kek, kek_from_uri
-    from .kek import set_prompter as set_kek_prompter
-    from .keyfile import (
+    from .keys.file import (
         check_writable,
         decode_secret,
         encode_secret,
@@ -34,8 +30,9 @@ if TYPE_CHECKING:
         text_secret,
         write_secret_file,
     )
-    from .keyset_store import listed_without_kek
-    from .lifecycle import (
+    from .keys.kek import Kek, kek_from_uri
+    from .keys.kek import set_prompter as set_kek_prompter
+    from .keys.lifecycle import (
         Change,
         check_period,
         check_retention,
@@ -46,6 +43,7 @@ if TYPE_CHECKING:
         rotate,
         timeline,
     )
+    from .keys.store import listed_without_kek
     from .probe import CHECKS as PROBE_CHECKS
     from .probe import ProbeSettings, parse_header, run_probe, sarif_log
     from .probe import Target as ProbeTarget
@@ -56,7 +54,13 @@ if TYPE_CHECKING:
     from .proxy.log import json_lines
     from .proxy.metrics import ProxyMetrics
     from .proxy.rewrite import StateGuard
-    from .registry import (
+    from .server_state import inspect_handle, verify_handle
+    from .state.handle_store import open_handle_store
+    from .state.handles import HandleBackend
+    from .state.redis.url import shown as url_shown
+    from .state.tokens import TokenBackend
+    from .tokens.binding import binding_of
+    from .tokens.registry import (
         FORMAT_NAMES,
         KEY_ALGORITHMS,
         OWN_ALGORITHMS,
@@ -67,10 +71,6 @@ if TYPE_CHECKING:
         secret_length_ok,
         secret_rule,
     )
-    from .server_state import inspect_handle, verify_handle
-    from .state.handles import HandleBackend
-    from .state.redis.url import shown as url_shown
-    from .state.tokens import TokenBackend
 
 __all__ = [
     "FINDING_KINDS",
@@ -153,38 +153,38 @@ _WHERE = {
     "TokenBackend": ("state.tokens", "TokenBackend"),
     "build_info": ("about", "build_info"),
     "UnknownHandle": ("errors", "UnknownHandle"),
-    "diagnose": ("doctor", "diagnose"),
-    "effective_settings": ("doctor", "effective_settings"),
-    "inspect_handle": ("server_state", "inspect_handle"),
-    "verify_handle": ("server_state", "verify_handle"),
-    "FINDING_KINDS": ("audit", "FINDING_KINDS"),
-    "audit_capture": ("audit", "audit_capture"),
-    "binding_of": ("binding", "binding_of"),
+    "diagnose": ("audit.doctor", "diagnose"),
+    "effective_settings": ("audit.doctor", "effective_settings"),
+    "inspect_handle": ("state.handles", "inspect_handle"),
+    "verify_handle": ("state.handles", "verify_handle"),
+    "FINDING_KINDS": ("audit.capture", "FINDING_KINDS"),
+    "audit_capture": ("audit.capture", "audit_capture"),
+    "binding_of": ("tokens.binding", "binding_of"),
     "KEYSET_JSON_ENV": ("config", "KEYSET_JSON_ENV"),
     "Settings": ("config", "Settings"),
     "load_settings": ("config", "load_settings"),
     "format_duration": ("durations", "format_duration"),
     "parse_duration": ("durations", "parse_duration"),
-    "open_handle_store": ("handle_store", "open_handle_store"),
-    "Kek": ("kek", "Kek"),
-    "kek_from_uri": ("kek", "kek_from_uri"),
-    "set_kek_prompter": ("kek", "set_prompter"),
-    "check_writable": ("keyfile", "check_writable"),
-    "decode_secret": ("keyfile", "decode_secret"),
-    "encode_secret": ("keyfile", "encode_secret"),
-    "read_secret": ("keyfile", "read_secret"),
-    "text_secret": ("keyfile", "text_secret"),
-    "write_secret_file": ("keyfile", "write_secret_file"),
-    "listed_without_kek": ("keyset_store", "listed_without_kek"),
-    "Change": ("lifecycle", "Change"),
-    "check_period": ("lifecycle", "check_period"),
-    "check_retention": ("lifecycle", "check_retention"),
-    "due_list": ("lifecycle", "due_list"),
-    "promote": ("lifecycle", "promote"),
-    "prune": ("lifecycle", "prune"),
-    "retire": ("lifecycle", "retire"),
-    "rotate": ("lifecycle", "rotate"),
-    "timeline": ("lifecycle", "timeline"),
+    "open_handle_store": ("state.handle_store", "open_handle_store"),
+    "Kek": ("keys.kek", "Kek"),
+    "kek_from_uri": ("keys.kek", "kek_from_uri"),
+    "set_kek_prompter": ("keys.kek", "set_prompter"),
+    "check_writable": ("keys.file", "check_writable"),
+    "decode_secret": ("keys.file", "decode_secret"),
+    "encode_secret": ("keys.file", "encode_secret"),
+    "read_secret": ("keys.file", "read_secret"),
+    "text_secret": ("keys.file", "text_secret"),
+    "write_secret_file": ("keys.file", "write_secret_file"),
+    "listed_without_kek": ("keys.store", "listed_without_kek"),
+    "Change": ("keys.lifecycle", "Change"),
+    "check_period": ("keys.lifecycle", "check_period"),
+    "check_retention": ("keys.lifecycle", "check_retention"),
+    "due_list": ("keys.lifecycle", "due_list"),
+    "promote": ("keys.lifecycle", "promote"),
+    "prune": ("keys.lifecycle", "prune"),
+    "retire": ("keys.lifecycle", "retire"),
+    "rotate": ("keys.lifecycle", "rotate"),
+    "timeline": ("keys.lifecycle", "timeline"),
     "PROBE_CHECKS": ("probe", "CHECKS"),
     "ProbeSettings": ("probe", "ProbeSettings"),
     "ProbeTarget": ("probe", "Target"),
@@ -198,15 +198,15 @@ _WHERE = {
     "json_lines": ("proxy.log", "json_lines"),
     "ProxyMetrics": ("proxy.metrics", "ProxyMetrics"),
     "StateGuard": ("proxy.rewrite", "StateGuard"),
-    "FORMAT_NAMES": ("registry", "FORMAT_NAMES"),
-    "KEY_ALGORITHMS": ("registry", "KEY_ALGORITHMS"),
-    "OWN_ALGORITHMS": ("registry", "OWN_ALGORITHMS"),
-    "SDK_SECRET_BYTES": ("registry", "SDK_SECRET_BYTES"),
-    "key_algorithm_of": ("registry", "key_algorithm_of"),
-    "carries_audience": ("registry", "carries_audience"),
-    "sdk_kid_problem": ("registry", "sdk_kid_problem"),
-    "secret_length_ok": ("registry", "secret_length_ok"),
-    "secret_rule": ("registry", "secret_rule"),
+    "FORMAT_NAMES": ("tokens.registry", "FORMAT_NAMES"),
+    "KEY_ALGORITHMS": ("tokens.registry", "KEY_ALGORITHMS"),
+    "OWN_ALGORITHMS": ("tokens.registry", "OWN_ALGORITHMS"),
+    "SDK_SECRET_BYTES": ("tokens.registry", "SDK_SECRET_BYTES"),
+    "key_algorithm_of": ("tokens.registry", "key_algorithm_of"),
+    "carries_audience": ("tokens.registry", "carries_audience"),
+    "sdk_kid_problem": ("tokens.registry", "sdk_kid_problem"),
+    "secret_length_ok": ("tokens.registry", "secret_length_ok"),
+    "secret_rule": ("tokens.registry", "secret_rule"),
 }
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import parse_duration
 from .errors import ConfigError
-from .policy import (
+from .tokens.policy import (
     DEFAULT_FORMAT,
     DEFAULT_POLICY,
     DEFAULT_PROPAGATION,
@@ -42,7 +42,7 @@ from .policy import (
     Policy,
     default_retention,
 )
-from .registry import FORMAT_NAMES
+from .tokens.registry import FORMAT_NAMES
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -329,7 +329,7 @@ class PropagationPending(MrtrStateError, ValueError):
     that have not loaded it yet would refuse every token it mints. Nothing is wrong, it is early:
     the same promotion succeeds in :attr:`seconds_left` seconds (at :attr:`promotable_at`).
 
-    Also a ``ValueError``, what :func:`mrtr_state.lifecycle.promote` raised for it before.
+    Also a ``ValueError``, what :func:`mrtr_state.keys.lifecycle.promote` raised for it before.
     """
 
     code = "propagation_pending"

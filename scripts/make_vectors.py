@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
 from mrtr_state._entropy import deterministic
-from mrtr_state.registry import format_named
+from mrtr_state.tokens.registry import format_named
 
 NOW = 1_800_000_000
 KIDS = {"aead": "0a0b0c0d", "jws": "1a1b1c1d", "jwe": "2a2b2c2d"}

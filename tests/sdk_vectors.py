@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 
 from .conftest import shared_vector
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
 from mrtr_state._primitives import AESGCM, hmac_key, hmac_sha256
-from mrtr_state.keyset import Key
-from mrtr_state.registry import FORMAT_NAMES, OWN_FORMAT_NAMES, format_named
+from mrtr_state.keys.keyset import OWN_ALGORITHMS, Key
+from mrtr_state.tokens.registry import FORMAT_NAMES, OWN_FORMAT_NAMES, format_named
 
 from .conftest import NOW
 from .helpers import run
@@ -456,7 +456,7 @@ def test_attacks_through_the_cli(tmp_path: Path) -> None:
 def test_a_binding_the_format_cannot_carry_is_refused_at_mint(
     fmt: str, binding: dict[str, Any]
 ) -> None:
-    keyset = ms.Keyset.generate((*ms.keyset.OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1"))
+    keyset = ms.Keyset.generate((*OWN_ALGORITHMS, "mcp-py-v1", "mcp-ts-v1"))
     with pytest.raises(ValueError):  # noqa: PT011 - the messages differ per case
         ms.mint(keyset, "s", format=fmt, **binding)
 
@@ -477,7 +477,7 @@ def test_a_verifier_stating_half_a_request_binding_is_refused(binding: dict[str,
 
 
 def test_a_retry_naming_no_target_is_a_request_mismatch() -> None:
-    from mrtr_state.mcp import input_required_result, open_retry
+    from mrtr_state.sdk.mcp import input_required_result, open_retry
 
     keyset = ms.Keyset.generate(("A256GCM",))
     first = input_required_result(
@@ -505,7 +505,7 @@ def test_a_retry_naming_no_target_is_a_request_mismatch() -> None:
     ids=["list", "text", "caps-list", "elicitation-list", "elicitation-null", "caps-number"],
 )
 def test_odd_capability_shapes_are_capability_missing_not_a_crash(meta: Any) -> None:
-    from mrtr_state.mcp import CapabilityMissing, check_capabilities
+    from mrtr_state.sdk.mcp import CapabilityMissing, check_capabilities
 
     requests = {
         "ask": {"method": "elicitation/create", "params": {"mode": ["form"]}},
@@ -554,7 +554,7 @@ def test_a_hostile_jws_header_member_is_escaped_in_every_message() -> None:
 
 
 def test_hostile_method_names_in_an_audit_are_escaped() -> None:
-    from mrtr_state.audit import audit_capture
+    from mrtr_state.audit.capture import audit_capture
 
     request = {"jsonrpc": "2.0", "id": 1, "method": ESC, "params": {}}
     result = {

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.audit import audit_capture
-from mrtr_state.keyset import Key
+from mrtr_state.audit.capture import audit_capture
+from mrtr_state.keys.keyset import Key
 
 from .conftest import NOW, shared_vector
 from .helpers import keys_import, run, synthetic_capture
@@ -340,7 +340,7 @@ WINDOW = ms.DEFAULT_POLICY.lifetime_cap + ms.DEFAULT_POLICY.skew
 
 def _memory_high_water(lines: Iterator[str] | list[str], **extra: Any) -> tuple[Any, int]:
     """Audit, and the most exchanges and issued states held at once (read as it runs)."""
-    import mrtr_state.audit as audit_module
+    import mrtr_state.audit.capture as audit_module
 
     high = 0
     original = audit_module._Memory.forget
@@ -368,7 +368,7 @@ def test_a_long_timestamped_capture_holds_only_the_ttl_window() -> None:
 
 
 def test_a_bare_capture_holds_at_most_max_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mrtr_state.audit as audit_module
+    import mrtr_state.audit.capture as audit_module
 
     monkeypatch.setattr(audit_module, "MAX_REMEMBERED", 50)
     keyset = ms.Keyset.generate(now=NOW - 3600)

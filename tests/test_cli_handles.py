@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from mrtr_state import handles
-from mrtr_state.binding import binding_of
-from mrtr_state.handle_store import open_handle_store
+from mrtr_state.state import records as handles
+from mrtr_state.state.handle_store import open_handle_store
+from mrtr_state.tokens.binding import binding_of
 
 from .helpers import private_redis, run
 

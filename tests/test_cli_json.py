@@ -222,7 +222,7 @@ def test_verify_state_handles(ks: Path, tmp_path: Path) -> None:
     k = ["--keyset", str(ks), "verify", "--state-store", "memory:"]
     answer("verify", [*k, "mh1.AAAA"], 1)  # not a handle it can read: refused, valid false
     answer("verify", [*k, "--bind", "x", "mh1.AAAA"], 2)
-    from mrtr_state import handles
+    from mrtr_state.state import records as handles
 
     handle = handles.new_handle().text  # a handle of the right shape, its store down
     answer("verify", ["verify", "--state-store", "redis://127.0.0.1:1/0", handle], 6)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 
 from .helpers import raw_secret, run
 
@@ -450,7 +450,7 @@ def test_promoting_before_the_propagation_delay_is_not_yet_exit_75(
 
 
 def test_the_library_says_when_a_key_may_be_promoted(pending: tuple[Path, str]) -> None:
-    from mrtr_state import lifecycle
+    from mrtr_state.keys import lifecycle
 
     path, kid = pending
     keyset = ms.Keyset.load(path)

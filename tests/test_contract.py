@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
-from mrtr_state.keyset import ALGORITHMS
-from mrtr_state.registry import OWN_FORMAT_NAMES, format_named
+from mrtr_state.keys.keyset import ALGORITHMS
+from mrtr_state.tokens.registry import OWN_FORMAT_NAMES, format_named
 
 from .conftest import NOW
 from .test_encoding import json_values
@@ -406,9 +406,9 @@ def test_the_printed_state_is_the_state_we_would_encode(
     """verify_for_output prints the state's own text from our tokens (it never encodes it
     again): exactly what encoding the verified state would print (nested "st" keys and strings
     holding '"st":' included)."""
-    from mrtr_state import tokens
     from mrtr_state._encoding import encode_parsed
-    from mrtr_state.tokens import verify_for_output
+    from mrtr_state.tokens import facade as tokens
+    from mrtr_state.tokens.facade import verify_for_output
 
     def never(value: Any) -> str:
         raise AssertionError("the state of our own token was encoded again")
@@ -430,7 +430,7 @@ def test_a_state_carried_oddly_is_printed_on_one_line_as_its_value(
 ) -> None:
     """Claims another minter wrote (st not last, its key escaped, whitespace, newlines): the
     printed text is always one line of JSON holding exactly the verified state."""
-    from mrtr_state.tokens import verify_for_output
+    from mrtr_state.tokens.facade import verify_for_output
 
     head = f'"iat":{NOW},"exp":{NOW + 60},"jti":"j"'
     bodies = [
@@ -450,7 +450,7 @@ def test_a_state_carried_oddly_is_printed_on_one_line_as_its_value(
 
 
 def test_verify_for_output_refuses_as_verify_does(keyset: ms.Keyset, fmt: str) -> None:
-    from mrtr_state.tokens import verify_for_output
+    from mrtr_state.tokens.facade import verify_for_output
 
     token = ms.mint(keyset, {"x": 1}, now=NOW, format=fmt, **BOUND)
     tampered = mutations(token)[len(token) // 2]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle as life
+from mrtr_state.keys import lifecycle as life
 
 from .mounts import KubeletVolume, as_user, needs_root
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.encrypted_keyset import MARKER
 from mrtr_state.errors import (
     ConfigError,
     KekRefused,
@@ -27,8 +26,9 @@ from mrtr_state.errors import (
     KeysetInvalid,
     KeysetTampered,
 )
-from mrtr_state.kek import Kek, kek_from_uri
-from mrtr_state.keyset import Keyset, listed_without_kek
+from mrtr_state.keys.encryption import MARKER
+from mrtr_state.keys.kek import Kek, kek_from_uri
+from mrtr_state.keys.keyset import Keyset, listed_without_kek
 
 from .conftest import NOW
 
@@ -473,7 +473,7 @@ def test_a_helper_that_cannot_run_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_a_helper_that_hangs_is_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mrtr_state.kek import helper
+    from mrtr_state.keys.kek import helper
 
     monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 0.5)
     with pytest.raises(KekUnavailable, match="did not answer wrap within"):
@@ -493,7 +493,7 @@ def test_the_sdk_codec_opens_an_encrypted_keyset_with_its_kek(
     tmp_path: Path, passphrase: Kek
 ) -> None:
     pytest.importorskip("mcp")
-    from mrtr_state.sdk_codec import KeysetCodec
+    from mrtr_state.sdk.codec import KeysetCodec
 
     path = encrypted(tmp_path, passphrase)
     codec = KeysetCodec(path, kek=PASS_URI)
@@ -583,7 +583,7 @@ def test_secrets_that_do_not_match_the_key_list_are_refused(
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     from mrtr_state._encoding import b64url_encode
-    from mrtr_state.encrypted_keyset import _associated_data
+    from mrtr_state.keys.encryption import _associated_data
 
     path = encrypted(tmp_path, passphrase)
     loaded = Keyset.load(path, kek=passphrase)
@@ -702,7 +702,7 @@ def test_a_helper_flooding_stdout_is_cut_off_at_the_cap(tmp_path: Path, helper_k
     probe = (
         "import sys\n"
         "from mrtr_state.errors import KekUnavailable\n"
-        "from mrtr_state.keyset import Keyset\n"
+        "from mrtr_state.keys.keyset import Keyset\n"
         "try:\n"
         "    Keyset.load(sys.argv[1], kek=sys.argv[2])\n"
         "except KekUnavailable as err:\n"
@@ -737,7 +737,7 @@ def test_a_helper_whose_child_holds_the_pipes_answers_at_once_and_leaves_nothing
     and stderr: the pipes stay open after the helper exits. Waiting for their end waited out
     the timeout and left the child running; the conversation now ends with the helper, and
     its process group (the child too) is ended."""
-    from mrtr_state.kek import helper
+    from mrtr_state.keys.kek import helper
 
     monkeypatch.setattr(helper, "TIMEOUT_SECONDS", 10.0)  # far more than an answer takes
     uri = helper_uri(helper_key)
@@ -752,7 +752,7 @@ def test_a_helper_whose_child_holds_the_pipes_answers_at_once_and_leaves_nothing
 def test_a_hanging_helper_and_its_child_are_ended_at_the_timeout(
     tmp_path: Path, helper_key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mrtr_state.kek import helper
+    from mrtr_state.keys.kek import helper
 
     uri = helper_uri(helper_key)
     path = encrypted(tmp_path, kek_from_uri(uri))

@@ -21,10 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mrtr_state as ms
-from mrtr_state import errors, tokens
-from mrtr_state.envelopes.mcp_rb import ruby_arguments_digest
-from mrtr_state.keyset import OWN_ALGORITHMS, Key
-from mrtr_state.registry import FORMAT_NAMES, format_named
+from mrtr_state import errors
+from mrtr_state.keys.keyset import OWN_ALGORITHMS, Key
+from mrtr_state.tokens import facade as tokens
+from mrtr_state.tokens.envelopes.mcp_rb import ruby_arguments_digest
+from mrtr_state.tokens.registry import FORMAT_NAMES, format_named
 
 from .conftest import NOW
 
@@ -223,14 +224,14 @@ def test_a_binding_a_format_cannot_carry_is_refused_at_mint() -> None:
 # --- 2. every refusal reached ---------------------------------------------------------------
 
 REFUSING = [
-    "envelopes/own.py",
-    "envelopes/mcp_py.py",
-    "envelopes/mcp_ts.py",
-    "envelopes/mcp_rb.py",
-    "envelopes/mcp_rs.py",
-    "envelopes/mcp_php.py",
-    "envelopes/mcp_java.py",
-    "envelopes/__init__.py",
+    "tokens/envelopes/own.py",
+    "tokens/envelopes/mcp_py.py",
+    "tokens/envelopes/mcp_ts.py",
+    "tokens/envelopes/mcp_rb.py",
+    "tokens/envelopes/mcp_rs.py",
+    "tokens/envelopes/mcp_php.py",
+    "tokens/envelopes/mcp_java.py",
+    "tokens/envelopes/__init__.py",
 ]
 ERRORS = {
     name
@@ -275,7 +276,9 @@ def refusals() -> dict[str, str]:
                         isinstance(first, ast.Call)
                         and isinstance(first.func, ast.Name)
                         and first.func.id == "over_cap"
-                    ) or (isinstance(first, ast.BinOp) and module == "envelopes/__init__.py"), where
+                    ) or (
+                        isinstance(first, ast.BinOp) and module == "tokens/envelopes/__init__.py"
+                    ), where
             elif (
                 isinstance(node, ast.Tuple)
                 and len(node.elts) == 2

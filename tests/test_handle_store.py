@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from mrtr_state import handles
-from mrtr_state.binding import binding_of
-from mrtr_state.handle_store import (
+from mrtr_state.state import records as handles
+from mrtr_state.state.handle_store import (
     MemoryHandleStore,
     StateStoreError,
     open_handle_store,
 )
+from mrtr_state.tokens.binding import binding_of
 
 from .helpers import private_redis, program
 from .redis_topologies import cluster, sentinel_watched

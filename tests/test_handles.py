@@ -8,8 +8,6 @@ import struct
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mrtr_state import handles
-from mrtr_state.binding import binding_of
 from mrtr_state.errors import (
     AudienceMismatch,
     ExpiredToken,
@@ -18,6 +16,8 @@ from mrtr_state.errors import (
     PrincipalMismatch,
     RequestMismatch,
 )
+from mrtr_state.state import records as handles
+from mrtr_state.tokens.binding import binding_of
 
 NOW = 1_800_000_000.0
 BOUND = binding_of(

@@ -67,8 +67,13 @@ def test_the_wheel_holds_the_package_its_licence_and_nothing_else(wheel: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("mrtr_state/", "mrtr_state-")) for n in names), names
     assert "mrtr_state/py.typed" in names and "mrtr_state/proxy/app.py" in names
-    for unwanted in ("tests/", "keys/", "vectors", "keyset.json", "bench/", "docs/", "deploy/"):
+    for unwanted in ("tests/", "vectors", "keyset.json", "bench/", "docs/", "deploy/"):
         assert not [n for n in names if unwanted in n], unwanted
+    # the package's keys/ wing is code; the checkout's keys/ folder (keysets) is never packaged
+    assert not [
+        n for n in names if n.startswith("keys/") or "/keys/" in n.removeprefix("mrtr_state/keys/")
+    ], names
+    assert all(n.endswith(".py") for n in names if n.startswith("mrtr_state/keys/")), names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mrtr-state = mrtr_state._launch:main" in zipfile.ZipFile(wheel).read(entry).decode()
     (licence,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
@@ -263,3 +268,26 @@ def test_each_images_lock_installs_as_its_dockerfile_installs_it(
         [str(bin_dir / "mrtr-state"), command, "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_uvicorn_range_is_one_fact_tested_at_both_ends() -> None:
+    """pyproject.toml's uvicorn range, the range the proxy checks at start-up, the lowest
+    release .ci/run tests on and the highest (requirements/dev.txt's pin) all agree."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from mrtr_state.proxy.server import UVICORN_RANGE
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (spec,) = [
+        Requirement(text)
+        for text in project["project"]["optional-dependencies"]["proxy"]
+        if text.startswith("uvicorn")
+    ]
+    bounds = {s.operator: Version(s.version) for s in spec.specifier}
+    low, high = UVICORN_RANGE
+    assert bounds[">="].release[:2] == low and bounds["<"].release[:2] == high
+    lowest = re.search(r"^UVICORN_LOWEST=(\S+)$", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert lowest is not None and Version(lowest.group(1)) == bounds[">="]
+    pinned = re.search(r"^uvicorn==(\S+)$", (ROOT / "requirements" / "dev.txt").read_text(), re.M)
+    assert pinned is not None and Version(pinned.group(1)) in spec.specifier

@@ -16,7 +16,7 @@ from joserfc.jwk import OctKey
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
 from mrtr_state._primitives import AESGCM, hmac_key, hmac_sha256
-from mrtr_state._principal import principal_tag
+from mrtr_state.tokens.principal import principal_tag
 
 STATES: list[Any] = [None, 0, "text", ["list", 1.5], {"nested": {"ü": [True, None]}}]
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from mrtr_state.cli import cli
 from mrtr_state.errors import KekRefused
-from mrtr_state.keyset import Keyset
+from mrtr_state.keys.keyset import Keyset
 
 from .helpers import CLEAN_ENV, ROOT, raw_secret, run
 

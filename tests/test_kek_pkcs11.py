@@ -19,7 +19,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state.errors import KekRefused, KekUnavailable
-from mrtr_state.keyset import Keyset
+from mrtr_state.keys.keyset import Keyset
 
 from .conftest import NOW
 
@@ -74,7 +74,7 @@ def hsm() -> Iterator[Hsm]:
     found.pin_file.chmod(0o600)
     import pkcs11
 
-    from mrtr_state.kek.pkcs11 import _library
+    from mrtr_state.keys.kek.pkcs11 import _library
 
     lib = _library(MODULE, "setup")
     with lib.get_token(token_label=TOKEN).open(user_pin="4321", rw=True) as session:
@@ -108,7 +108,7 @@ def test_a_keyset_round_trips_through_the_hsm(tmp_path: Path, hsm: Hsm) -> None:
 def test_the_kek_never_leaves_the_token(hsm: Hsm) -> None:
     import pkcs11
 
-    from mrtr_state.kek.pkcs11 import _library
+    from mrtr_state.keys.kek.pkcs11 import _library
 
     with _library(MODULE, "t").get_token(token_label=TOKEN).open(user_pin="4321") as session:
         key = session.get_key(label="kek", object_class=pkcs11.ObjectClass.SECRET_KEY)
@@ -122,7 +122,7 @@ def test_rewrap_moves_a_passphrase_keyset_into_the_hsm(
     tmp_path: Path, hsm: Hsm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MRTR_TEST_PASSPHRASE", "correct horse battery staple")
-    from mrtr_state.kek import kek_from_uri
+    from mrtr_state.keys.kek import kek_from_uri
 
     path = tmp_path / "keyset.json"
     Keyset.generate(now=NOW).save(
@@ -222,7 +222,7 @@ def test_a_pin_that_is_not_text_is_unavailable(tmp_path: Path, hsm: Hsm) -> None
 def test_a_record_of_another_kind_of_kek_is_refused_before_the_token_is_asked(
     tmp_path: Path, hsm: Hsm
 ) -> None:
-    from mrtr_state.kek import kek_from_uri
+    from mrtr_state.keys.kek import kek_from_uri
 
     with pytest.raises(KekRefused, match="not a PKCS#11 AES-GCM record"):
         kek_from_uri(hsm.uri()).unwrap({"wrapped": "AAAA"}, b"context")

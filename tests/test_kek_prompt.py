@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.kek import kek_from_uri, set_prompter
+from mrtr_state.keys.kek import kek_from_uri, set_prompter
 
 from .helpers import ROOT
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,15 @@ def test_routing_refuses_unknown_retired_and_other_algorithm_keys(tmp_path: Path
         },
     )
     keyset = ms.Keyset.load(path)
-    assert keyset.verifying_key("00000001", "A256GCM").kid == "00000001"
+
+    def naming(kid: str) -> str:
+        """An aead token whose key id is ``kid`` (minted under a keyset of that key alone)."""
+        return ms.mint(ms.Keyset.from_json(json.dumps({"keys": [jwk(kid)]})), "s")
+
+    assert ms.verify(keyset, naming("00000001")).kid == "00000001"
     with pytest.raises(ms.UnknownKey, match="unknown key id 00000009"):
-        keyset.verifying_key("00000009", "A256GCM")
+        ms.verify(keyset, naming("00000009"))
     with pytest.raises(ms.KeyRetired, match="retired"):
-        keyset.verifying_key("00000002", "A256GCM")
+        ms.verify(keyset, naming("00000002"))
     with pytest.raises(ms.WrongFormat, match="HS256"):
-        keyset.verifying_key("00000003", "A256GCM")
+        ms.verify(keyset, naming("00000003"))

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
 from mrtr_state.cli import cli
-from mrtr_state.keyfile import permission_problem
+from mrtr_state.keys import lifecycle
+from mrtr_state.keys.file import permission_problem
 
 from .mounts import KubeletVolume, as_user, needs_root
 

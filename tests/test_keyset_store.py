@@ -12,7 +12,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
-from mrtr_state.keyfile import keyset_lock
+from mrtr_state.keys.file import keyset_lock
 
 from .conftest import NOW
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
+from mrtr_state.keys import lifecycle
 
 from .mounts import KubeletVolume, verify_in_a_loop
 

@@ -10,7 +10,7 @@ import pytest
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_encode
 from mrtr_state.errors import KeysetInvalid
-from mrtr_state.keytable import Key, KeyTable, changed_key
+from mrtr_state.keys.key import Key, KeyTable, changed_key
 
 from .test_keyset_store import jwk, write_keyset
 

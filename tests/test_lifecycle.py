@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import mrtr_state as ms
-from mrtr_state import lifecycle as life
+from mrtr_state.keys import lifecycle as life
 
 from .conftest import NOW
 

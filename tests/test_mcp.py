@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
-from mrtr_state.mcp import (
+from mrtr_state.keys.keyset import Key
+from mrtr_state.sdk.mcp import (
     CapabilityMissing,
     check_capabilities,
     input_required_result,

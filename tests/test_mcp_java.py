@@ -23,7 +23,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state.errors import KeysetInvalid
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 
 from .conftest import VECTOR_REPORT
 from .helpers import keys_import, mint, run

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
-from mrtr_state.registry import format_named
+from mrtr_state.tokens.registry import format_named
 
 from .sdk_vectors import (
     CAPTURE,

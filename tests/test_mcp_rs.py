@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.envelopes.mcp_rs import payload_of
+from mrtr_state.tokens.envelopes.mcp_rs import payload_of
 
 from .sdk_vectors import (
     RMCP,
@@ -88,7 +88,7 @@ def test_every_ring_key_is_32_bytes_at_least_as_rmcp_requires() -> None:
     """rmcp 3.2.0 refuses a keyring holding any key under 32 bytes; so does a keyset, for the
     ring's keys and the rs1 keys beside them."""
     from mrtr_state.errors import KeysetInvalid
-    from mrtr_state.keyset import Key
+    from mrtr_state.keys.keyset import Key
 
     rings: tuple[tuple[str, dict[str, Any]], ...] = (
         ("mcp-rs-v2", {"sdk_kid": "2026-12"}),

@@ -13,7 +13,8 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
+from mrtr_state.tokens.registry import format_named
 
 from .sdk_vectors import (
     CAPTURE,
@@ -99,7 +100,7 @@ CRAFTED_TS_BODIES: list[tuple[bytes, Any, Any]] = [
 @pytest.mark.parametrize(("body", "unbound", "bound"), CRAFTED_TS_BODIES)
 def test_crafted_mcp_ts_bodies_meet_their_named_fate(body: bytes, unbound: Any, bound: Any) -> None:
     keyset = ms.Keyset([Key.from_secret("mcp-ts-v1", b"t" * 32)])
-    token = ms.registry.format_named("mcp-ts").seal(keyset.primary("mcp-ts-v1"), body)
+    token = format_named("mcp-ts").seal(keyset.primary("mcp-ts-v1"), body)
     now = _LATER - 60
     cases: list[tuple[dict[str, Any], Any]] = [({}, unbound), ({"bind": "alice"}, bound)]
     for stated, expected in cases:

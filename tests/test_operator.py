@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import mrtr_state as ms
 from mrtr_state.cli import cli
-from mrtr_state.sdk_codec import KeysetCodec
+from mrtr_state.sdk.codec import KeysetCodec
 
 from .helpers import CLEAN_ENV, mint, run
 from .test_mcp import _accept, elicitation_server

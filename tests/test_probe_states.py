@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 from mrtr_state.probe.answers import default_answers
 from mrtr_state.probe.http import header_value
 from mrtr_state.probe.leaks import leaks_in

@@ -750,7 +750,7 @@ def test_an_eviction_policy_switched_at_run_time_is_seen_within_five_seconds(
 ) -> None:
     import redis
 
-    from mrtr_state.handle_store import open_handle_store
+    from mrtr_state.state.handle_store import open_handle_store
     from mrtr_state.state.redis.watch import CHECK_EVERY
 
     client = redis.Redis.from_url(redis_url)
@@ -797,7 +797,7 @@ def test_a_new_connection_is_judged_before_its_first_command(redis_url: str) -> 
     once, not at the next periodic look."""
     import redis
 
-    from mrtr_state.handle_store import open_handle_store
+    from mrtr_state.state.handle_store import open_handle_store
 
     client = redis.Redis.from_url(redis_url)
     handles = open_handle_store(redis_url)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
+from mrtr_state.keys import lifecycle
 from mrtr_state.proxy.app import ProxyApp
 from mrtr_state.proxy.rewrite import StateGuard, bearer_principal
 

@@ -387,3 +387,43 @@ def test_the_proxy_refuses_to_start_without_the_kek_of_its_keyset(
         timeout=60,
     )
     assert done.returncode == 6 and "is encrypted (KEK passphrase:env:" in done.stderr
+
+
+def test_a_uvicorn_without_the_hooks_the_proxy_extends_is_refused_naming_the_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy subclasses uvicorn's HTTP protocols (no public interface does what its framer
+    needs): a release that drops a hook it overrides stops it at start-up, exit 6, saying
+    which release range it is tested on, rather than failing on the first request."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from mrtr_state.proxy import server
+
+    from .helpers import run
+
+    keyset = tmp_path / "keyset.json"
+    ms.Keyset.generate(("A256GCM",)).save(keyset)
+    assert server.check_uvicorn() is None and server.uvicorn_untested() is None
+    monkeypatch.delattr(H11Protocol, "on_response_complete")
+    problem = server.check_uvicorn()
+    assert problem is not None and "H11Protocol.on_response_complete" in problem
+    assert "uvicorn>=0.36,<0.56" in problem
+    refused = run(
+        "--keyset", str(keyset), "proxy", "--upstream", "http://127.0.0.1:9/mcp",
+        "--allow-anonymous", "--listen", "127.0.0.1:0", code=6,
+    )  # fmt: skip
+    assert "pip install 'uvicorn>=0.36,<0.56'" in refused.stderr
+
+
+def test_a_uvicorn_outside_the_tested_range_is_said_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uvicorn
+
+    from mrtr_state.proxy import server
+
+    monkeypatch.setattr(uvicorn, "__version__", "0.99.0")
+    untested = server.uvicorn_untested()
+    assert untested is not None and "outside the range the proxy is tested on" in untested
+    monkeypatch.setattr(uvicorn, "__version__", "0.36.0")
+    assert server.uvicorn_untested() is None

@@ -314,9 +314,9 @@ def test_the_bearer_principal_is_a_digest_of_the_credential() -> None:
 
 
 def test_a_stored_record_whose_lock_is_not_its_bindings_is_refused_by_the_proxy() -> None:
-    """The proxy's own path (server_state's has its test): a record whose bindings match the
+    """The proxy's own path (verify_handle's has its test): a record whose bindings match the
     retry but whose lock does not (written over in the store) is refused, and stays."""
-    from mrtr_state.handle_store import MemoryHandleStore
+    from mrtr_state.state.handle_store import MemoryHandleStore
 
     store = MemoryHandleStore()
     lines: list[dict[str, Any]] = []

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import registry
-from mrtr_state.keyset import Key
-from mrtr_state.registry import (
+from mrtr_state.keys.keyset import Key
+from mrtr_state.tokens import registry
+from mrtr_state.tokens.registry import (
     FORMAT_NAMES,
     KEY_ALGORITHMS,
     OWN_ALGORITHMS,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.replay import (
+from mrtr_state.state.replay import (
     DEFAULT_MAX_SKEW,
     MemoryStore,
     RedisStore,

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mrtr_state as ms
-from mrtr_state.replay import (
+from mrtr_state.state.replay import (
     SQLITE_APPLICATION_ID,
     MemoryStore,
     RedisStore,
@@ -645,3 +645,56 @@ def test_sqlite_file_deleted_mid_batch_fails_closed_after_the_answers_given(
     assert code == 6
     assert out.splitlines() == [str(n) for n in range(5)]
     assert "was deleted, renamed or replaced under this process" in err
+
+
+# --- the replay store on a Cluster and behind Sentinel (issue 45: one Redis path) -------------
+
+
+def test_the_replay_store_on_a_cluster_spreads_its_entries_and_redeems_each_once() -> None:
+    """Each redemption's script touches its entry and its shard's record of the server, so both
+    share a hash tag: entries spread over the masters, each redeemed once, a replay refused
+    whichever master holds it; every shard's record keeps its own node's eviction count."""
+    from .redis_topologies import cluster
+
+    with cluster() as (nodes, url):
+        store = RedisStore(url)
+        assert store.probe() is not None  # the servers judged: a clock offset, no problem
+        now = time.time()
+        keys = [f"jti:cluster-{n}" for n in range(120)]
+        assert all(store.redeem(key, now + 60, now=now) for key in keys)
+        assert not any(store.redeem(key, now + 60, now=now) for key in keys)
+        counts = [int(node.cli("dbsize")) for node in nodes]
+        assert sum(counts) == 120 + RedisStore.CLUSTER_SHARDS and all(counts)
+        other = RedisStore(url)  # another replica, on its own connections: the same verdicts
+        assert not other.redeem(keys[0], now + 60, now=now)
+        assert other.redeem("jti:cluster-new", now + 60, now=now)
+        store.close()
+        other.close()
+
+
+def test_the_replay_store_behind_sentinel_follows_a_failover_failing_closed_meanwhile() -> None:
+    from .redis_topologies import sentinel_watched
+
+    with sentinel_watched() as (primary, replica, _, url):
+        store = RedisStore(url)
+        now = time.time()
+        assert store.redeem("jti:before", now + 120, now=now)
+        deadline = time.monotonic() + 10
+        while replica.cli("exists", RedisStore.PREFIX + "jti:before") != "1":  # replicated
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        primary.kill()
+        failures = 0
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                replayed = store.redeem("jti:before", now + 120, now=time.time())
+                break
+            except ms.ReplayStoreError:  # the primary is gone: refused, never accepted
+                failures += 1
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        # on the promoted replica the entry is there: the replay is refused as a replay
+        assert failures and replayed is False
+        assert store.redeem("jti:after", time.time() + 120, now=time.time())
+        store.close()

@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
-from mrtr_state.replay import MemoryStore
-from mrtr_state.sdk_codec import KeysetCodec
+from mrtr_state.keys import lifecycle
+from mrtr_state.sdk.codec import KeysetCodec
+from mrtr_state.state.replay import MemoryStore
 
 mcp = pytest.importorskip("mcp", reason="the official SDK (mcp==2.3.0) is a test dependency")
 

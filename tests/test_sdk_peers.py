@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import mrtr_state as ms
-from mrtr_state.envelopes.mcp_rb import canonical_json, ruby_arguments_digest
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
+from mrtr_state.tokens.envelopes.mcp_rb import canonical_json, ruby_arguments_digest
 
 from .conftest import NOW
 from .helpers import program

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 
 from .conftest import VECTOR_REPORT, shared_vector
 from .helpers import keys_import, run
@@ -138,7 +138,7 @@ def test_keys_import_kid_is_for_rmcp_keyring_keys_only(tmp_path: Path) -> None:
 
 
 def test_rotation_steps_sdk_keys_and_gives_new_rmcp_ring_keys_an_id() -> None:
-    from mrtr_state import lifecycle as life
+    from mrtr_state.keys import lifecycle as life
 
     start = [
         Key.from_secret("mcp-rs-v2", b"k" * 32, sdk_kid="2026-12", now=0),

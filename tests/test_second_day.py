@@ -17,9 +17,9 @@ import jwt
 import pytest
 
 import mrtr_state as ms
-from mrtr_state import lifecycle
-from mrtr_state.keyset import Key
-from mrtr_state.registry import format_named
+from mrtr_state.keys import lifecycle
+from mrtr_state.keys.keyset import Key
+from mrtr_state.tokens.registry import format_named
 
 from .helpers import keys_import, mint, run
 
@@ -360,8 +360,8 @@ def test_seal_over_the_cap_reports_the_size_that_does_not_fit(ks: Path) -> None:
 
 def test_inspect_of_a_keyset_codec_token_shows_its_state(ks: Path) -> None:
     from mrtr_state._entropy import fresh
-    from mrtr_state.binding import binding_of
-    from mrtr_state.sdk_codec import KeysetCodec
+    from mrtr_state.sdk.codec import KeysetCodec
+    from mrtr_state.tokens.binding import binding_of
 
     codec = KeysetCodec(ms.Keyset.load(ks))
     binding = binding_of(method="tools/call", target="deploy", arguments={})

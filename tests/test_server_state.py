@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from mrtr_state.handle_store import MemoryHandleStore, open_handle_store
-from mrtr_state.server_state import HandleCodec
+from mrtr_state.sdk.codec import HandleCodec
+from mrtr_state.state.handle_store import MemoryHandleStore, open_handle_store
 
 from .helpers import private_redis
 
@@ -131,8 +131,6 @@ def test_a_store_that_is_down_refuses_and_files_nothing() -> None:
 
 # --- verify and inspect a handle, as the CLI does ------------------------------------------
 
-from mrtr_state import handles  # noqa: E402
-from mrtr_state.binding import binding_of  # noqa: E402
 from mrtr_state.errors import (  # noqa: E402
     AudienceMismatch,
     ExpiredToken,
@@ -142,7 +140,9 @@ from mrtr_state.errors import (  # noqa: E402
     RequestMismatch,
     UnknownHandle,
 )
-from mrtr_state.server_state import inspect_handle, verify_handle  # noqa: E402
+from mrtr_state.state import records as handles  # noqa: E402
+from mrtr_state.state.handles import inspect_handle, verify_handle  # noqa: E402
+from mrtr_state.tokens.binding import binding_of  # noqa: E402
 
 NOW = 1_800_000_000.0
 BOUND: dict[str, Any] = {

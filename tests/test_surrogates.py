@@ -21,12 +21,12 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state._encoding import MAX_DEPTH
-from mrtr_state._surrogates import lone_surrogate
-from mrtr_state.binding import binding_of
-from mrtr_state.keyset import ALGORITHMS
-from mrtr_state.policy import DEFAULT_POLICY
-from mrtr_state.registry import FORMAT_NAMES
-from mrtr_state.tokens import _open
+from mrtr_state.keys.keyset import ALGORITHMS
+from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.facade import _open
+from mrtr_state.tokens.policy import DEFAULT_POLICY
+from mrtr_state.tokens.registry import FORMAT_NAMES
+from mrtr_state.tokens.surrogates import lone_surrogate
 
 from .helpers import run
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import mrtr_state as ms
-from mrtr_state.keyset import Key
+from mrtr_state.keys.keyset import Key
 
 from .helpers import program
 

@@ -148,7 +148,7 @@ def request_binding(
 ) -> dict[str, Any]:
     """The request-binding keyword arguments of mint and verify, from the command line.
 
-    The rules of a binding are the library's (:func:`mrtr_state.binding.binding_of`), checked
+    The rules of a binding are the library's (:func:`mrtr_state.tokens.binding.binding_of`), checked
     here once so that a mistake is a usage error (exit 2) before any keyset is read.
     """
     if bind is not None and bind_file is not None:

@@ -16,6 +16,8 @@ from ._common import App, duration_option, pass_app
 
 #: Exit code when the proxy cannot listen (address in use, not permitted); see docs/cli.md.
 LISTEN_ERROR = 7
+#: Exit code when what the proxy runs on cannot be used (here: a uvicorn without its hooks).
+CONFIG_ERROR = 6
 
 
 class _Say:
@@ -298,6 +300,13 @@ def _run(
         ) from None
     from .. import open_store
     from .._cli_api import HandleBackend, StateGuard, TokenBackend
+
+    unusable = server.check_uvicorn()
+    if unusable is not None:
+        say.fail(unusable, CONFIG_ERROR)
+    untested = server.uvicorn_untested()
+    if untested is not None:
+        say("uvicorn_untested", untested, "warning", reason=untested)
 
     settings = app.settings(audience=audience, ttl=ttl)
     store = None

@@ -1,5 +1,6 @@
 """Which token format an issued state is written in, by the package's own detection
-(:func:`mrtr_state.registry.shape_of` and :func:`mrtr_state.inspect`), never a second detector.
+(:func:`mrtr_state.tokens.registry.shape_of` and :func:`mrtr_state.inspect`), never a second
+detector.
 
 mrtr-state's own formats (``aead``, ``jws``, ``jwe``, a state handle) and each SDK's (``mcp-py``,
 ``mcp-ts``, ``mcp-rb``, ``mcp-rs``, ``mcp-rs2``, ``mcp-php``, ``mcp-java``) are named; shapes two
@@ -14,8 +15,8 @@ __all__ = ["format_of"]
 
 def format_of(state: str) -> str | None:
     from ..errors import InvalidToken, OversizedToken
-    from ..inspection import inspect
-    from ..registry import HANDLE_PREFIX, shape_of
+    from ..tokens.inspection import inspect
+    from ..tokens.registry import HANDLE_PREFIX, shape_of
 
     if state.startswith(HANDLE_PREFIX):
         return "mrtr-state handle"

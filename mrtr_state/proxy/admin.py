@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..keyset import Keyset
+from ..keys.keyset import Keyset
 from .app import Receive, Scope, Send
 from .metrics import ProxyMetrics
 from .upstream import Upstream

@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from .._encoding import EncodingError, json_loads
-from ..mcp import INPUT_REQUIRED_METHODS
+from ..sdk.mcp import INPUT_REQUIRED_METHODS
 
 __all__ = [
     "MAX_BODY_DEPTH",

@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..keyset import Keyset
+from ..keys.keyset import Keyset
 
 __all__ = ["ProxyMetrics"]
 

@@ -8,8 +8,8 @@ state that cannot be sealed (no request to bind it to, not a string, too large, 
 ``input_required`` result, a store that is down) is replaced by a JSON-RPC error: the server's
 plain state never reaches the client. Inbound, a retry's ``requestState`` is opened against the
 retry itself and replaced by the server's original state; a refused one never reaches the
-server, and the client gets the uniform wire error of :func:`mrtr_state.mcp.wire_error` while the
-log gets the reason. A store that cannot be reached answers the retry with its own id
+server, and the client gets the uniform wire error of :func:`mrtr_state.sdk.mcp.wire_error` while
+the log gets the reason. A store that cannot be reached answers the retry with its own id
 (-32603), never forwarded.
 
 The guard is handed one backend and never asks which: both kinds of state go through
@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._encoding import encode_wire
-from ..binding import binding_of
 from ..errors import (
     InvalidClaims,
     InvalidToken,
@@ -35,12 +34,13 @@ from ..errors import (
     ReplayStoreError,
     StateStoreError,
 )
-from ..mcp import INPUT_REQUIRED_METHODS, request_target, retry_binding, wire_error
+from ..sdk.mcp import INPUT_REQUIRED_METHODS, request_target, retry_binding, wire_error
+from ..tokens.binding import binding_of
 from .jsonrpc import Body, Refusal, ambiguous_member, id_key
 from .sse import DROP  # what :meth:`Exchange.rewrite` returns for a message not to pass on
 
 if TYPE_CHECKING:
-    from ..keyset import Keyset
+    from ..keys.keyset import Keyset
     from ..state.backend import StateBackend
     from .metrics import ProxyMetrics
 

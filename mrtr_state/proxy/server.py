@@ -31,7 +31,77 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .framing import MAX_HEAD, METHODS, FramingRefusal, RequestFramer
 
-__all__ = ["TARGET_EXTENSION", "bind", "hold_sigterm", "probe_once", "protocol_class", "serve"]
+__all__ = [
+    "TARGET_EXTENSION",
+    "UVICORN_RANGE",
+    "bind",
+    "check_uvicorn",
+    "hold_sigterm",
+    "probe_once",
+    "protocol_class",
+    "serve",
+]
+
+#: The uvicorn releases the proxy is tested on (lowest and highest, in CI): it extends two of
+#: uvicorn's protocol classes, which are not a public interface.
+UVICORN_RANGE = ((0, 36), (0, 56))  # >=0.36, <0.56
+#: What the proxy overrides or reads of uvicorn's protocols and server, by class.
+_HOOKS = {
+    "uvicorn.protocols.http.h11_impl.H11Protocol": (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "on_response_complete",
+    ),
+    "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol": (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "on_response_complete",
+        "on_headers_complete",
+    ),
+    "uvicorn.Config": ("get_loop_factory",),
+    "uvicorn.Server": ("capture_signals", "serve"),
+}
+
+
+def check_uvicorn() -> str | None:
+    """Why the installed uvicorn cannot run the proxy, naming the range it is tested on (every
+    hook it extends must be there), or None; a release outside the range that has every hook is
+    let run (see :func:`uvicorn_untested`)."""
+    import importlib
+
+    wanted = f"uvicorn>={_shown(UVICORN_RANGE[0])},<{_shown(UVICORN_RANGE[1])}"
+    for dotted, names in _HOOKS.items():
+        module, _, name = dotted.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            found = None
+        missing = [hook for hook in names if not hasattr(found, hook)]
+        if found is None or missing:
+            what = f"{dotted}.{missing[0]}" if found is not None and missing else dotted
+            return (
+                f"the proxy extends uvicorn's HTTP protocols, tested on {wanted}; uvicorn "
+                f"{uvicorn.__version__} has no {what}: pip install '{wanted}'"
+            )
+    return None
+
+
+def uvicorn_untested() -> str | None:
+    """A warning when the installed uvicorn lies outside the range the proxy is tested on."""
+    parts = tuple(int(p) for p in uvicorn.__version__.split(".")[:2] if p.isdigit())
+    if UVICORN_RANGE[0] <= parts < UVICORN_RANGE[1]:
+        return None
+    return (
+        f"uvicorn {uvicorn.__version__} is outside the range the proxy is tested on "
+        f"(>={_shown(UVICORN_RANGE[0])},<{_shown(UVICORN_RANGE[1])})"
+    )
+
+
+def _shown(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version))
+
 
 #: The methods the admin listener serves: HEAD as GET, without a body (a load balancer's probe).
 ADMIN_METHODS = (b"GET", b"HEAD")

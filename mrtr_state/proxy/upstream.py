@@ -342,11 +342,6 @@ class Upstream:
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
 
-    @property
-    def open_connections(self) -> int:
-        """Connections in use or idle in the pool (for tests and metrics)."""
-        return len(self._busy) + len(self._idle)
-
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:

@@ -32,8 +32,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from ..binding import Binding
-    from ..claims import Claims
+    from ..tokens.binding import Binding
+    from ..tokens.claims import Claims
 
 __all__ = [
     "Opened",
@@ -74,9 +74,10 @@ class StateBackend(Protocol):
     #: The name a log line gives :attr:`Sealed.ref` (``kid``, ``ref``).
     ref_name: str
 
-    async def seal(self, state: Any, binding: Binding) -> Sealed:
-        """``state`` sealed under ``binding``; ``ValueError`` for a state it cannot seal (too
-        large, not text where text is required)."""
+    async def seal(self, state: Any, binding: Binding, *, ttl: float | None = None) -> Sealed:
+        """``state`` sealed under ``binding``, for ``ttl`` seconds (None: the backend's own
+        lifetime); ``ValueError`` for a state it cannot seal (too large, not of the kind it
+        keeps)."""
         ...
 
     async def open(self, carried: str, binding: Binding) -> Opened:
@@ -84,7 +85,7 @@ class StateBackend(Protocol):
         else the library's error naming why."""
         ...
 
-    def seal_sync(self, state: Any, binding: Binding) -> Sealed:
+    def seal_sync(self, state: Any, binding: Binding, *, ttl: float | None = None) -> Sealed:
         """:meth:`seal` for a blocking caller."""
         ...
 

@@ -31,7 +31,7 @@ from mcp_types import (
     TextContent,
 )
 
-from mrtr_state.mcp import CAPABILITIES_META_KEY, CapabilityMissing, check_capabilities
+from mrtr_state.sdk.mcp import CAPABILITIES_META_KEY, CapabilityMissing, check_capabilities
 
 
 class PlainCodec:
@@ -239,7 +239,7 @@ def build(codec: Any) -> MCPServer:
 if __name__ == "__main__":
     port, mode = int(sys.argv[1]), sys.argv[2]
     if mode == "keyset":
-        from mrtr_state.sdk_codec import KeysetCodec
+        from mrtr_state.sdk.codec import KeysetCodec
 
         codec: Any = KeysetCodec(sys.argv[3])
     else:

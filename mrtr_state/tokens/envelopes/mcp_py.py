@@ -1,0 +1,208 @@
+"""The MCP Python SDK's envelope (``mcp`` 2.x), checked exactly as the SDK checks it.
+
+    {"v":1,"iat","exp","m","t","a","s","aud"?,"p"?}
+
+written by ``json.dumps`` with ``,``/``:`` separators and non-ASCII escaped; ``iat``/``exp`` are
+float seconds and ``iat`` may be up to 60 s in the future; ``m``/``t``/``a`` bind the method,
+the target (tool or prompt name, or resource URI) and the arguments digest; ``aud`` and ``p``
+bind the audience and the principal, fail-closed both ways. ``p`` is b64url(salt (8) ‖ SHA-256(
+``mcp/request-state/principal:`` ‖ salt ‖ principal)[:16]); ``s`` is the server's state string.
+
+It travels in the ``mcp-py`` wire, and (marked 0x01) in aead and jwe when
+:class:`mrtr_state.sdk.codec.KeysetCodec` seals it. Where the SDK is lenient, we are not: booleans
+are not numbers, NaN fails the accept-conditions, and beyond the SDK a lifetime over the
+verifier's ``ttl_cap`` is refused (a leaked secret must not mint state that lives for a year).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..._encoding import (
+    EncodingError,
+    b64url_decode,
+    b64url_encode,
+    compare_digest,
+    one_shot_encoder,
+)
+from ...errors import (
+    AudienceMismatch,
+    ExpiredToken,
+    InvalidClaims,
+    NotYetValid,
+    PrincipalMismatch,
+    RequestMismatch,
+)
+from ..binding import AUDIENCE, PRINCIPAL, REQUEST, Binding
+from ..claims import Claims
+from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+
+if TYPE_CHECKING:
+    from ..._entropy import Fresh
+    from ...keys.key import Key
+    from ..policy import Policy
+
+__all__ = ["FUTURE_SKEW", "McpPyEnvelope"]
+
+# The SDK's compact_json: ``,``/``:`` separators, non-ASCII escaped.
+_encode_envelope = one_shot_encoder(json.JSONEncoder(separators=(",", ":")))
+
+FUTURE_SKEW = 60.0
+_PRINCIPAL_LABEL = b"mcp/request-state/principal:"
+_MEMBERS = frozenset({"v", "iat", "exp", "m", "t", "a", "s", "aud", "p"})
+_CARRIES = PRINCIPAL | AUDIENCE | REQUEST
+_sha256 = hashlib.sha256
+_new_tuple = tuple.__new__
+
+
+def _principal_digest(salt: bytes, principal: str) -> bytes:
+    # hashlib's SHA-256, a third of cryptography's per call; this module loads only for SDK
+    # envelopes, so commands that never see one do not pay for importing it
+    return _sha256(_PRINCIPAL_LABEL + salt + principal.encode("utf-8")).digest()[:16]
+
+
+def _principal_matches(claim: Any, principal: str) -> bool:
+    if type(claim) is not str:
+        return False
+    try:
+        raw = b64url_decode(claim)
+    except EncodingError:
+        return False
+    if len(raw) != 24:
+        return False
+    return compare_digest(_principal_digest(raw[:8], principal), raw[8:])
+
+
+class McpPyEnvelope(RequestStateOnly):
+    """See the module docstring."""
+
+    kind = "mcp-py"
+    state_member = "s"
+    binds = "request, audience, principal"
+    carries = _CARRIES
+    fresh_bytes = 36  # (16 unused) the wire's nonce (12), the principal digest's salt (8)
+
+    def __init__(self, name: str, confidential: bool) -> None:
+        super().__init__(name, confidential)
+        # the SDK's rules, whichever format carries the envelope (aead and jwe do, for
+        # KeysetCodec): its refusals speak of mcp-py tokens
+        self.tokens = "mcp-py tokens"
+
+    def pack(
+        self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
+    ) -> tuple[bytes, dict[str, Any]]:
+        if not isinstance(state, str):
+            raise ValueError(
+                "mcp-py state is a string (the SDK's requestState); JSON-encode it first"
+            )
+        if not binding.kinds & REQUEST:
+            raise ValueError("mcp-py tokens bind a request: give method, target (and arguments)")
+        document: dict[str, Any] = {
+            "v": 1,
+            "iat": now,
+            "exp": now + ttl,
+            "m": binding.method,
+            "t": binding.target,
+            "a": binding.digest(),
+            "s": state,
+        }
+        if binding.audience is not None:
+            document["aud"] = binding.audience
+        if binding.principal is not None:
+            salt = fresh.salt
+            document["p"] = b64url_encode(salt + _principal_digest(salt, binding.principal))
+        return _encode_envelope(document).encode("ascii"), document
+
+    def accept(
+        self,
+        plaintext: bytes,
+        key: Key,
+        binding: Binding,
+        now: float,
+        policy: Policy,
+        carried: list[str] | None = None,
+    ) -> Claims:
+        document = read_document(plaintext, "mcp-py envelope")
+        # the SDK's shape
+        if not document.keys() <= _MEMBERS:
+            raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
+        get = document.get
+        state = get("s")
+        if get("v") != 1 or type(state) is not str:
+            raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
+        # the SDK's lifetime (numbers, iat at most 60 s ahead, now < exp: stated as what
+        # accepts, so a NaN fails; the reader refuses what is not finite), then beyond the SDK
+        # exp - iat <= ttl_cap
+        iat: Any = get("iat")
+        exp: Any = get("exp")
+        if not ((type(iat) is float or type(iat) is int) and iat <= now + FUTURE_SKEW):
+            raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
+        if not (type(exp) is float or type(exp) is int):
+            raise ExpiredToken("expired: exp is not a number")
+        if not now < exp:
+            raise ExpiredToken(f"expired {int(now - exp)} s ago")
+        if not exp - iat <= policy.lifetime_cap:
+            raise InvalidClaims(over_cap(exp - iat, policy.lifetime_cap))
+        # the request, the audience and the principal, each both ways
+        if binding is not UNCHECKED:
+            kinds = binding.kinds
+            if kinds & ~_CARRIES:
+                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
+            if not kinds & REQUEST:
+                raise RequestMismatch(
+                    f"request mismatch: {self.tokens} are bound to their request; give the "
+                    "method, target and arguments"
+                )
+            if (
+                get("m") != binding.method
+                or get("t") != binding.target
+                or get("a") != binding.digest()
+            ):
+                raise RequestMismatch("request mismatch")
+            if get("aud") != binding.audience:
+                raise AudienceMismatch("audience mismatch")
+            claim, principal = get("p"), binding.principal
+            if claim is None:
+                if principal is not None:
+                    raise PrincipalMismatch(
+                        "principal mismatch: the token is not bound to a principal, but one "
+                        "was given"
+                    )
+            elif principal is None:
+                raise PrincipalMismatch(
+                    "principal mismatch: the token is bound to a principal; give it to verify"
+                )
+            elif not _principal_matches(claim, principal):
+                raise PrincipalMismatch("principal mismatch")
+        return self._claims(document, key.kid)
+
+    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+        get = document.get
+        claim = get("p")
+        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format), built as the tuple it is
+        return _new_tuple(
+            Claims,
+            (
+                document["s"],
+                get("iat"),
+                get("exp"),
+                None,
+                claim if type(claim) is str else None,
+                get("aud"),
+                f"{get('m')} {get('t')} {get('a')}",
+                document,
+                kid,
+                self.name,
+            ),
+        )
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        return self._claims(document, kid)
+
+    def codec_plaintext(self, envelope: bytes) -> bytes:
+        return envelope  # the SDK's own codec seals the envelope as it is
+
+    def codec_envelope(self, plaintext: bytes) -> bytes:
+        return plaintext

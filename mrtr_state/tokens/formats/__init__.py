@@ -1,0 +1,140 @@
+"""Wires: one module per token layout, each a page long and checkable against its specification.
+
+A wire turns plaintext into a token string under one key, and back: it takes the key id from
+the token, looks the key up by that id (one dictionary look-up, never a trial of every key; an
+SDK whose tokens carry no id gets its few keys tried, primary first) and takes the algorithm
+from the key, never from the token. It knows nothing of claims, lifetimes or bindings: the
+envelope its format pairs it with (:mod:`mrtr_state.tokens.registry`) reads the plaintext. A wire is
+given its format's name and key algorithm by the table; it imports neither the table nor any
+envelope.
+
+What every wire shares is here: the :class:`Wire` contract, :class:`Anatomy` (what ``inspect``
+reads without a key), and the look-ups a wire builds once per keyset version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from ...errors import KeyRetired, UnknownKey, WrongFormat
+
+if TYPE_CHECKING:
+    from ...keys.key import Key
+    from ...keys.keyset import Keyset
+
+__all__ = ["Anatomy", "Routes", "Wire", "candidates", "no_keys", "refusal", "usable"]
+
+K = TypeVar("K", bytes, str)
+R = TypeVar("R")
+
+
+class Anatomy:
+    """What can be read from a token without its key.
+
+    ``kid`` is the keyset's id of the key the token names: derived from what it carries, or,
+    for a token that names none, set by ``inspect`` to the key that opened it (empty until
+    then). ``segments`` split the token text itself, in order, into labelled pieces that join
+    back to the token (for colouring). ``fields`` are decoded facts (key id, nonce, sizes).
+    ``readable`` holds the payload bytes when the format does not encrypt them.
+
+    A plain record (no dataclass machinery, which would cost every command's start-up).
+    """
+
+    __slots__ = ("confidential", "fields", "format", "header", "kid", "readable", "segments")
+
+    def __init__(
+        self,
+        *,
+        format: str,
+        kid: str,
+        segments: tuple[tuple[str, str], ...],
+        fields: tuple[tuple[str, str], ...],
+        confidential: bool,
+        header: dict[str, object] | None = None,
+        readable: bytes | None = None,
+    ) -> None:
+        self.format = format
+        self.kid = kid
+        self.segments = segments
+        self.fields = fields
+        self.confidential = confidential
+        self.header = header
+        self.readable = readable
+
+    def __repr__(self) -> str:
+        return f"Anatomy(format={self.format!r}, kid={self.kid!r}, fields={self.fields!r})"
+
+
+class Wire(Protocol):
+    """The contract every wire class fulfils; the table makes one per format, as
+    ``WireClass(format name, key algorithm)``."""
+
+    name: str
+    alg: str
+    confidential: bool
+    #: whether the tag also covers associated data the verifier states (rmcp's wires)
+    associates: bool
+
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
+        """Protect ``plaintext`` under ``key`` (a key of :attr:`alg`).
+
+        ``nonce``: 12 random bytes drawn for this token alone (minting draws a token's random
+        bytes in one system call), or empty to draw them here; wires without a nonce ignore it.
+        ``associated``: the bind value's bytes, which the tag also covers when the wire
+        :attr:`associates`; every other wire ignores it (its envelope carries a bind value
+        itself, or refuses one as a binding it does not carry).
+        """
+        ...
+
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
+        """Authenticate (and decrypt) ``token``: the key that opened it and the plaintext, or
+        the specific refusal. ``associated`` as for :meth:`seal`."""
+        ...
+
+    def anatomy(self, token: str) -> Anatomy:
+        """Parse the structure of ``token`` without any key (nothing here is trusted)."""
+        ...
+
+
+class Routes(Generic[K, R]):
+    """A wire's look-ups for one version of a keyset (built once per version by
+    ``keyset.derived``): ``usable`` maps what a token carries to the route of each key that
+    may verify it; ``by_kid`` holds every key of that version, so that a token whose id has no
+    route is refused for the true reason (:func:`refusal`)."""
+
+    __slots__ = ("by_kid", "usable")
+
+    def __init__(self, usable: dict[K, R], keys: Iterable[Key]) -> None:
+        self.usable: dict[K, R] = usable
+        self.by_kid: Mapping[str, Key] = {key.kid: key for key in keys}
+
+
+def usable(keys: Iterable[Key], alg: str) -> list[Key]:
+    """The keys of ``alg`` that may verify tokens (not retired), in the keyset's order."""
+    return [key for key in keys if key.alg == alg and key.status != "retired"]
+
+
+def candidates(keys: Iterable[Key], alg: str, build: Callable[[Key], R]) -> list[R]:
+    """For tokens that carry no key id: each usable key of ``alg`` (primary first, then in the
+    keyset's order), built into what the wire tries it with."""
+    ordered = sorted(usable(keys, alg), key=lambda key: key.status != "primary")
+    return [build(key) for key in ordered]
+
+
+def refusal(by_kid: Mapping[str, Key], kid: str, alg: str) -> UnknownKey | WrongFormat | KeyRetired:
+    """Why a token naming ``kid`` has no route among the usable keys of ``alg`` in a keyset
+    version whose keys are ``by_kid``: no such key, a key of another algorithm, or a retired
+    one (the only keys of ``alg`` a route table leaves out)."""
+    key = by_kid.get(kid)
+    if key is None:
+        return UnknownKey(f"unknown key id {kid}")
+    if key.alg != alg:
+        return WrongFormat(f"key {kid} is a {key.alg} key ({key.format} format), not {alg}")
+    return KeyRetired(f"key {kid} is retired; its tokens are no longer accepted")
+
+
+def no_keys(alg: str, what: str = "") -> UnknownKey:
+    """The refusal of a token of an SDK whose tokens carry no key id when the keyset holds no
+    usable key of ``alg``; it names the remedy (import the SDK's key)."""
+    return UnknownKey(f"the keyset holds no usable {alg} key{what}").needing("import_key", alg=alg)

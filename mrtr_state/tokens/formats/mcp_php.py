@@ -1,0 +1,96 @@
+"""``mcp-php``: the requestState tokens of the PHP SDK (main, ``RequestStateCodec``).
+
+    b64url(body JSON) + . + b64url(HMAC-SHA256(key, the body segment's text))
+
+No prefix and no key id: the verifier checks the MAC under each usable ``mcp-php-v1`` key,
+primary first. The MAC covers the body *text* as it arrives, so any re-encoding of the body
+fails it. Where the SDK decodes leniently (``=`` padding, the standard alphabet, non-zero
+trailing bits, in the MAC and, under a MAC made over such text, in the body), mrtr-state keeps
+its canonical rule and refuses: a token has exactly one spelling. Signed, not encrypted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest
+from ..._primitives import Keyed, hmac_key
+from ...errors import BadSignature, MalformedToken
+from . import Anatomy, candidates, no_keys
+
+if TYPE_CHECKING:
+    from ...keys.key import Key
+    from ...keys.keyset import Keyset
+
+__all__ = ["PhpWire"]
+
+
+def _decode(segment: str, what: str) -> bytes:
+    try:
+        return b64url_decode(segment)
+    except EncodingError as err:
+        raise MalformedToken(f"{what}: {err}") from None
+
+
+class PhpWire:
+    confidential = False
+    associates = False
+
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._candidates_name = f"{name}-candidates"
+        self._build_candidates = self._candidates  # bound once, not once per call
+
+    def _keyed(self, key: Key) -> tuple[Key, Keyed]:
+        return key, key.prepared(self.alg, hmac_key)
+
+    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
+        return candidates(keys, self.alg, self._keyed)
+
+    def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
+        body = b64url_encode(plaintext)
+        state = key.prepared(self.alg, hmac_key).copy()
+        state.update(body.encode("ascii"))
+        return body + "." + b64url_encode(state.finalize())
+
+    def _split(self, token: str) -> tuple[str, str]:
+        sections = token.split(".")
+        if len(sections) != 2:
+            raise MalformedToken(
+                f"not an {self.name} token: BODY.MAC has 2 sections, this has {len(sections)}"
+            )
+        return sections[0], sections[1]
+
+    def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
+        body, mac_text = self._split(token)
+        # keys first: of two formats of this shape, the one the keyset holds no key of says
+        # only that, and a malformed MAC is named by the format whose keys would have read it
+        tried = keyset.derived(self._candidates_name, self._build_candidates)
+        if not tried:
+            raise no_keys(self.alg)
+        mac = _decode(mac_text, f"{self.name} MAC")
+        signed = body.encode("ascii")
+        for key, keyed in tried:
+            state = keyed.copy()
+            state.update(signed)
+            if compare_digest(state.finalize(), mac):
+                return key, _decode(body, f"{self.name} body")
+        raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+
+    def anatomy(self, token: str) -> Anatomy:
+        body, mac = self._split(token)
+        readable = _decode(body, f"{self.name} body")
+        _decode(mac, f"{self.name} MAC")
+        return Anatomy(
+            format=self.name,
+            kid="",
+            segments=(("body", body), (".", "."), ("MAC", mac)),
+            fields=(
+                ("key id", f"none ({self.name} tokens carry no key id)"),
+                ("body", f"{len(readable)} bytes, readable by anyone"),
+                ("MAC", "HMAC-SHA256 of the body text under the raw SDK key"),
+            ),
+            confidential=False,
+            readable=readable,
+        )
