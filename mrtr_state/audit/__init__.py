@@ -6,8 +6,10 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from . import capture
+    import importlib
 
-    if name not in capture.__all__:
+    # importlib rather than "from . import": that asks this very __getattr__ for the module
+    module = importlib.import_module(f"{__name__}.capture")
+    if name not in module.__all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(capture, name)
+    return getattr(module, name)

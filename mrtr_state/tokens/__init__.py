@@ -13,8 +13,10 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     # imported on first use (PEP 562): a module of the wing that needs only the claims does not
     # load every format through the facade
-    from . import facade
+    import importlib
 
-    if name not in facade.__all__:
+    # importlib rather than "from . import": that asks this very __getattr__ for the module
+    module = importlib.import_module(f"{__name__}.facade")
+    if name not in module.__all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(facade, name)
+    return getattr(module, name)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..._encoding import skeleton, utf8
 from ...errors import ExpiredToken, InvalidClaims, PrincipalMismatch, RequestMismatch
 from ..binding import PRINCIPAL, REQUEST, Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ __all__ = ["McpJavaEnvelope", "jackson_string"]
 
 _MEMBERS = frozenset({"v", "s", "exp", "p", "m", "n"})
 _CARRIES = PRINCIPAL | REQUEST
-_new_tuple = tuple.__new__
 _NULLABLE = (str, type(None))
 #: the range of the SDK's ``long exp``: its mapper refuses a number outside it
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -188,21 +187,14 @@ class McpJavaEnvelope(RequestStateOnly):
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
         get = document.get
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (
-                document["s"],
-                None,
-                document["exp"] / 1000,
-                None,
-                get("p"),
-                None,
-                f"{get('m')} {get('n')}",
-                document,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["s"],
+            exp=document["exp"] / 1000,
+            sub=get("p"),
+            rid=f"{get('m')} {get('n')}",
+            raw=document,
+            kid=kid,
+            format=self.name,
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

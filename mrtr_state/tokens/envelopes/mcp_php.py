@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..._encoding import one_shot_encoder
 from ...errors import ExpiredToken, InvalidClaims
 from ..binding import Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ __all__ = ["McpPhpEnvelope"]
 _encode_body = one_shot_encoder(json.JSONEncoder(separators=(",", ":"), allow_nan=False))
 _MEMBERS = frozenset({"exp", "data"})
 _floor = math.floor
-_new_tuple = tuple.__new__
 
 
 class McpPhpEnvelope(RequestStateOnly):
@@ -95,21 +94,8 @@ class McpPhpEnvelope(RequestStateOnly):
         return self._claims(document, key.kid)
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (
-                document["data"],
-                None,
-                document["exp"],
-                None,
-                None,
-                None,
-                None,
-                document,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["data"], exp=document["exp"], raw=document, kid=kid, format=self.name
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

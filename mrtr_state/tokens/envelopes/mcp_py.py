@@ -36,7 +36,7 @@ from ...errors import (
     RequestMismatch,
 )
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ _PRINCIPAL_LABEL = b"mcp/request-state/principal:"
 _MEMBERS = frozenset({"v", "iat", "exp", "m", "t", "a", "s", "aud", "p"})
 _CARRIES = PRINCIPAL | AUDIENCE | REQUEST
 _sha256 = hashlib.sha256
-_new_tuple = tuple.__new__
 
 
 def _principal_digest(salt: bytes, principal: str) -> bytes:
@@ -182,20 +181,16 @@ class McpPyEnvelope(RequestStateOnly):
         get = document.get
         claim = get("p")
         # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format), built as the tuple it is
-        return _new_tuple(
-            Claims,
-            (
-                document["s"],
-                get("iat"),
-                get("exp"),
-                None,
-                claim if type(claim) is str else None,
-                get("aud"),
-                f"{get('m')} {get('t')} {get('a')}",
-                document,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["s"],
+            iat=get("iat"),
+            exp=get("exp"),
+            sub=claim if type(claim) is str else None,
+            aud=get("aud"),
+            rid=f"{get('m')} {get('t')} {get('a')}",
+            raw=document,
+            kid=kid,
+            format=self.name,
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

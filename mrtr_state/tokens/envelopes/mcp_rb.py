@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..._encoding import one_shot_encoder, utf8
 from ...errors import AudienceMismatch, ExpiredToken, InvalidClaims, RequestMismatch
 from ..binding import AUDIENCE, REQUEST, Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ _encode_envelope = one_shot_encoder(
 _MEMBERS = frozenset({"v", "exp", "m", "t", "a", "aud", "s"})
 _CARRIES = AUDIENCE | REQUEST
 _floor = math.floor
-_new_tuple = tuple.__new__
 
 
 def ruby_float(value: float) -> str:
@@ -207,21 +206,14 @@ class McpRbEnvelope(RequestStateOnly):
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
         get = document.get
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (
-                document["s"],
-                None,
-                document["exp"],
-                None,
-                None,
-                get("aud"),
-                f"{get('m')} {get('t')} {get('a')}",
-                document,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["s"],
+            exp=document["exp"],
+            aud=get("aud"),
+            rid=f"{get('m')} {get('t')} {get('a')}",
+            raw=document,
+            kid=kid,
+            format=self.name,
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..._encoding import EncodingError, authenticated_json, b64url_encode, one_shot_encoder, utf8
 from ...errors import ExpiredToken, InvalidClaims, MalformedToken
 from ..binding import BIND, Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ __all__ = ["McpRsEnvelope", "payload_of"]
 _encode_payload = one_shot_encoder(
     json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True)
 )
-_new_tuple = tuple.__new__
 _NEVER = 0
 
 
@@ -132,10 +131,8 @@ class McpRsEnvelope(RequestStateOnly):
 
     def _claims(self, expiry: int, state: Any, kid: str) -> Claims:
         exp = None if expiry == _NEVER else expiry / 1000
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (state, None, exp, None, None, None, None, _shown(expiry, state), kid, self.name),
+        return new_claims(
+            state=state, exp=exp, raw=_shown(expiry, state), kid=kid, format=self.name
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

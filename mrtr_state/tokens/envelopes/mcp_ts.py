@@ -25,7 +25,7 @@ from ..._encoding import (
 from ..._primitives import Keyed, hmac_key
 from ...errors import ExpiredToken, InvalidClaims, RequestMismatch
 from ..binding import BIND, Binding
-from ..claims import Claims
+from ..claims import Claims, new_claims
 from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried, unreadable
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ _encode_body = one_shot_encoder(
 _BIND_LABEL = b"mcp.requestState.bind:"
 _MEMBERS = frozenset({"p", "exp", "b"})
 _UNCARRIED = ~BIND
-_new_tuple = tuple.__new__
 
 
 def _bind_keyed(secret: bytes) -> Keyed:
@@ -124,21 +123,8 @@ class McpTsEnvelope(RequestStateOnly):
         return self._claims(document, key.kid)
 
     def _claims(self, document: dict[str, Any], kid: str) -> Claims:
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format)
-        return _new_tuple(
-            Claims,
-            (
-                document["p"],
-                None,
-                document["exp"],
-                None,
-                None,
-                None,
-                None,
-                document,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["p"], exp=document["exp"], raw=document, kid=kid, format=self.name
         )
 
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:

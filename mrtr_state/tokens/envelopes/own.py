@@ -44,7 +44,7 @@ from ...errors import (
     WrongFormat,
 )
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, REQUEST_ID, Binding
-from ..claims import MAX_TIME, Claims, audience_list
+from ..claims import MAX_TIME, Claims, audience_list, new_claims
 from ..principal import principal_tag, tag_matches
 from . import UNCHECKED, View, refuse_uncarried, unreadable
 
@@ -65,7 +65,6 @@ _UNCARRIED = ~_CARRIES
 _REQUESTS = REQUEST_ID | REQUEST
 _OPTIONAL = ("sub", "aud", "rid")
 _AUDIENCES = " or list of them"
-_new_tuple = tuple.__new__
 _NOT_CHECKED = "bindings (principal, request, audience) were not checked"
 
 
@@ -259,7 +258,17 @@ class OwnEnvelope:
             shown = _carried_state(plaintext)
             if shown is not None:
                 carried.append(shown)
-        return _new_tuple(Claims, (state, iat, exp, jti, sub, aud, rid, None, key.kid, self.name))
+        return new_claims(
+            state=state,
+            iat=iat,
+            exp=exp,
+            jti=jti,
+            sub=sub,
+            aud=aud,
+            rid=rid,
+            kid=key.kid,
+            format=self.name,
+        )
 
     def _marked(
         self,
@@ -304,20 +313,16 @@ class OwnEnvelope:
     def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         """The claims :meth:`pack` just made: ours, so nothing to check."""
         get = document.get
-        return _new_tuple(
-            Claims,
-            (
-                document["st"],
-                document["iat"],
-                document["exp"],
-                document["jti"],
-                get("sub"),
-                get("aud"),
-                get("rid"),
-                None,
-                kid,
-                self.name,
-            ),
+        return new_claims(
+            state=document["st"],
+            iat=document["iat"],
+            exp=document["exp"],
+            jti=document["jti"],
+            sub=get("sub"),
+            aud=get("aud"),
+            rid=get("rid"),
+            kid=kid,
+            format=self.name,
         )
 
     def unverified(self, document: dict[str, Any]) -> dict[str, Any]:
