@@ -62,6 +62,7 @@ __all__ = [
     "one_shot_encoder",
     "report_json",
     "utf8",
+    "written",
 ]
 
 MAX_DEPTH = 32
@@ -443,8 +444,14 @@ def json_dumps(value: Any, max_depth: int = MAX_DEPTH) -> str:
         problem = _writable_problem(value, max_depth)
         if problem is not None:
             raise ValueError(problem)
+    return written(_encode, value)
+
+
+def written(encode: Callable[[Any], str], value: Any) -> str:
+    """``encode(value)``: JSON text, or the ``ValueError`` every writer gives for a value JSON
+    cannot carry."""
     try:
-        return _encode(value)
+        return encode(value)
     except (TypeError, ValueError, RecursionError) as err:
         raise ValueError(f"value is not JSON-serialisable: {err}") from None
 
@@ -498,8 +505,4 @@ def claims_bytes(claims: dict[str, Any], state: Any) -> bytes:
         problem = _writable_problem(state, MAX_DEPTH - 1)  # the claims object is one level
         if problem is not None:
             raise ValueError(problem)
-    try:
-        text = _encode(claims)
-    except (TypeError, ValueError, RecursionError) as err:
-        raise ValueError(f"value is not JSON-serialisable: {err}") from None
-    return utf8(text)
+    return utf8(written(_encode, claims))

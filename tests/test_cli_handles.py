@@ -14,7 +14,7 @@ import pytest
 
 from mrtr_state.state import records as handles
 from mrtr_state.state.handle_store import open_handle_store
-from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.binding import Binding
 
 from .helpers import private_redis, run
 
@@ -49,7 +49,7 @@ def filed(url: str, state: str = "step=1", *, ttl: float = 300, now: float | Non
         now = time.time() if now is None else now
         ident = handles.new_handle()
         handle = ident.text
-        value = handles.encode_record(ident, state, binding_of(**BOUND), now=now, ttl=ttl)
+        value = handles.encode_record(ident, state, Binding(**BOUND), now=now, ttl=ttl)
         store.put(ident.key, value, now + ttl + 300)
     finally:
         store.close()

@@ -20,13 +20,13 @@ from mrtr_state.state.handle_store import (
     StateStoreError,
     open_handle_store,
 )
-from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.binding import Binding
 
 from .helpers import private_redis, program
 from .redis_topologies import cluster, sentinel_watched
 
-BOUND = binding_of(principal="alice", audience="/mcp", method="tools/call", target="deploy")
-OTHER = binding_of(principal="bob", audience="/mcp", method="tools/call", target="deploy")
+BOUND = Binding(principal="alice", audience="/mcp", method="tools/call", target="deploy")
+OTHER = Binding(principal="bob", audience="/mcp", method="tools/call", target="deploy")
 
 
 def filed(store: Any, state: str = "s", ttl: float = 300) -> handles.Handle:

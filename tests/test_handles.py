@@ -17,10 +17,10 @@ from mrtr_state.errors import (
     RequestMismatch,
 )
 from mrtr_state.state import records as handles
-from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.binding import Binding
 
 NOW = 1_800_000_000.0
-BOUND = binding_of(
+BOUND = Binding(
     principal="alice",
     audience="https://mcp.example.com/mcp",
     method="tools/call",
@@ -115,7 +115,7 @@ def test_the_lock_depends_on_every_binding(other: dict[str, object]) -> None:
         "arguments": {"env": "prod"},
         **other,
     }
-    assert handles.lock_of(ident, binding_of(**stated)) != handles.lock_of(ident, BOUND)  # type: ignore[arg-type]
+    assert handles.lock_of(ident, Binding(**stated)) != handles.lock_of(ident, BOUND)  # type: ignore[arg-type]
 
 
 def test_a_record_is_accepted_for_its_own_retry() -> None:
@@ -151,15 +151,15 @@ def test_a_record_is_refused_for_another_retry(
         **stated,
     }
     with pytest.raises(error):
-        handles.accept(handles.decode_record(ident, value), binding_of(**retry), now=NOW)  # type: ignore[arg-type]
+        handles.accept(handles.decode_record(ident, value), Binding(**retry), now=NOW)  # type: ignore[arg-type]
 
 
 def test_a_record_without_a_principal_is_refused_to_one() -> None:
-    anonymous = binding_of(audience="/mcp", method="tools/call", target="deploy")
+    anonymous = Binding(audience="/mcp", method="tools/call", target="deploy")
     ident = handles.new_handle()
     value = handles.encode_record(ident, "s", anonymous, now=NOW, ttl=60)
     assert handles.accept(handles.decode_record(ident, value), anonymous, now=NOW) == "s"
-    named = binding_of(principal="alice", audience="/mcp", method="tools/call", target="deploy")
+    named = Binding(principal="alice", audience="/mcp", method="tools/call", target="deploy")
     with pytest.raises(PrincipalMismatch, match="bound to none"):
         handles.accept(handles.decode_record(ident, value), named, now=NOW)
 
@@ -168,7 +168,7 @@ def test_expiry_comes_first_whoever_presents_the_record() -> None:
     _, ident, value = made(ttl=60)
     record = handles.decode_record(ident, value)
     assert handles.accept(record, BOUND, now=NOW + 60) == "step=1"  # exp itself is still valid
-    stranger = binding_of(principal="bob", method="tools/call", target="x")
+    stranger = Binding(principal="bob", method="tools/call", target="x")
     with pytest.raises(ExpiredToken):
         handles.accept(record, stranger, now=NOW + 61)
 
@@ -212,7 +212,7 @@ def test_the_sealed_record_helper_makes_what_encode_record_makes() -> None:
 
 def test_texts_round_trip_exactly_whatever_they_hold() -> None:
     """States with lone surrogates (JSON can carry them), NUL, non-ASCII, or nothing."""
-    odd = binding_of(principal="é\x00", audience="/mcp\u2028", method="tools/call", target="t")
+    odd = Binding(principal="é\x00", audience="/mcp\u2028", method="tools/call", target="t")
     for state in ("", "\udfff", "a\x00b", "é" * 1000):
         value = handles.encode_record(IDENT, state, odd, now=NOW, ttl=60)
         record = handles.decode_record(IDENT, value)
@@ -309,7 +309,7 @@ def test_neither_a_handle_nor_a_record_shows_its_secrets_when_printed() -> None:
 
 
 def test_a_record_without_an_audience_is_refused_to_a_retry_that_states_one() -> None:
-    bare = binding_of(principal="alice", method="tools/call", target="deploy")
+    bare = Binding(principal="alice", method="tools/call", target="deploy")
     value = handles.encode_record(IDENT, "s", bare, now=NOW, ttl=60)
     with pytest.raises(AudienceMismatch):
         handles.accept(handles.decode_record(IDENT, value), BOUND, now=NOW)

@@ -110,7 +110,7 @@ def _imports(name: str, path: Path) -> set[str]:
         target = ".".join([*base, *([node.module] if node.module else [])])
         for alias in node.names:
             full = f"{target}.{alias.name}".strip(".")
-            found.add(full if full in _MODULES else target)
+            found.add(full if full in _MODULES else target.strip("."))
     found.discard(name)
     return found
 

@@ -10,7 +10,7 @@ import pytest
 
 import mrtr_state as ms
 from mrtr_state._entropy import Fresh
-from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.binding import Binding
 from mrtr_state.tokens.envelopes.mcp_rb import canonical_json, ruby_arguments_digest, ruby_float
 from mrtr_state.tokens.registry import format_named
 
@@ -64,7 +64,7 @@ def test_ruby_envelopes_we_write_are_the_sdks_byte_for_byte(case: dict[str, Any]
     if case["exp"] is None or not isinstance(case["exp"], int):
         pytest.skip("sealed with a float TTL: the SDK's own envelope is not one it accepts")
     fmt = format_named("mcp-rb")
-    binding = binding_of(
+    binding = Binding(
         method=case["method"],
         target=case["target"],
         arguments=_ruby_arguments(case),

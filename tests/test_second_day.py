@@ -361,10 +361,10 @@ def test_seal_over_the_cap_reports_the_size_that_does_not_fit(ks: Path) -> None:
 def test_inspect_of_a_keyset_codec_token_shows_its_state(ks: Path) -> None:
     from mrtr_state._entropy import fresh
     from mrtr_state.sdk.codec import KeysetCodec
-    from mrtr_state.tokens.binding import binding_of
+    from mrtr_state.tokens.binding import Binding
 
     codec = KeysetCodec(ms.Keyset.load(ks))
-    binding = binding_of(method="tools/call", target="deploy", arguments={})
+    binding = Binding(method="tools/call", target="deploy", arguments={})
     key = codec.keyset.primary("A256GCM")
     sdk = format_named("mcp-py").envelope
     envelope, _document = sdk.pack("step-2", binding, key, time.time(), 60, fresh(36))

@@ -142,7 +142,7 @@ from mrtr_state.errors import (  # noqa: E402
 )
 from mrtr_state.state import records as handles  # noqa: E402
 from mrtr_state.state.handles import inspect_handle, verify_handle  # noqa: E402
-from mrtr_state.tokens.binding import binding_of  # noqa: E402
+from mrtr_state.tokens.binding import Binding  # noqa: E402
 
 NOW = 1_800_000_000.0
 BOUND: dict[str, Any] = {
@@ -157,7 +157,7 @@ BOUND: dict[str, Any] = {
 def filed_handle(store: Any, state: str = "step=1") -> str:
     ident = handles.new_handle()
     handle = ident.text
-    value = handles.encode_record(ident, state, binding_of(**BOUND), now=NOW, ttl=300)
+    value = handles.encode_record(ident, state, Binding(**BOUND), now=NOW, ttl=300)
     store.put(ident.key, value, NOW + 10**9)
     return handle
 
@@ -208,7 +208,7 @@ def test_verify_refuses_a_record_whose_lock_is_not_its_bindings() -> None:
     store = MemoryHandleStore()
     ident = handles.new_handle()
     handle = ident.text
-    value = handles.encode_record(ident, "s", binding_of(**BOUND), now=NOW, ttl=300)
+    value = handles.encode_record(ident, "s", Binding(**BOUND), now=NOW, ttl=300)
     store.put(ident.key, b"x" * 43 + value[43:], NOW + 10**9)
     with pytest.raises(InvalidClaims, match="lock does not match"):
         verify_handle(store, handle, now=NOW, **BOUND)

@@ -22,7 +22,7 @@ import pytest
 import mrtr_state as ms
 from mrtr_state._encoding import MAX_DEPTH
 from mrtr_state.keys.keyset import ALGORITHMS
-from mrtr_state.tokens.binding import binding_of
+from mrtr_state.tokens.binding import Binding
 from mrtr_state.tokens.facade import _open
 from mrtr_state.tokens.policy import DEFAULT_POLICY
 from mrtr_state.tokens.registry import FORMAT_NAMES
@@ -75,15 +75,7 @@ def _sealed(keyset: ms.Keyset, fmt: str, replacement: str, *, forged: bool = Fal
     state: Any = "MARKER" if fmt in STRING_STATES else {"m": "MARKER"}
     bound = BINDINGS[fmt]
     token = ms.mint(keyset, state, format=fmt, **bound)
-    binding = binding_of(
-        None,
-        bound.get("request_id"),
-        None,
-        bound.get("method"),
-        bound.get("target"),
-        bound.get("arguments"),
-        bound.get("bind"),
-    )
+    binding = Binding(**bound)
     opened, key, plaintext, _text = _open(keyset, token, None, DEFAULT_POLICY, binding.associated)
     assert plaintext.count(MARKER) == 1
     changed = plaintext.replace(MARKER, replacement.encode("ascii"))

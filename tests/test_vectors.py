@@ -11,7 +11,8 @@ import pytest
 import mrtr_state as ms
 from mrtr_state._encoding import b64url_decode
 from mrtr_state._primitives import AESGCM, gcm_open, hmac_key, mac_matches
-from mrtr_state.tokens.formats._jose import decode_segment, split_compact
+from mrtr_state.tokens.formats import decode_segment
+from mrtr_state.tokens.formats._jose import split_compact
 from mrtr_state.tokens.formats.jwe import decrypt_compact
 
 from .conftest import NOW, VECTOR_REPORT, shared_vector

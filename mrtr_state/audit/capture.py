@@ -39,6 +39,7 @@ from ..sdk.mcp import (
     request_target,
     retry_target,
 )
+from ..tokens.binding import binding_of
 from ..tokens.claims import arguments_digest
 from ..tokens.facade import verify
 from ..tokens.policy import DEFAULT_POLICY, Policy
@@ -415,17 +416,8 @@ def _verify_retry(
     """Verify a retry's token for the retry's own request at the retry's time; a finding if not."""
     try:
         target, arguments = retry_target(retry.method, retry.params)
-        verify(
-            keyset,
-            state,
-            method=retry.method,
-            target=target,
-            arguments=arguments,
-            audience=audience,
-            principal=principal,
-            now=moment,
-            policy=policy,
-        )
+        binding = binding_of(principal, None, audience, retry.method, target, arguments, None)
+        verify(keyset, state, expect=binding, now=moment, policy=policy)
     except TimeWindowError as err:
         find("state_expired", lines, str(err))
     except BindingMismatch as err:

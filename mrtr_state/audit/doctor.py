@@ -42,15 +42,21 @@ SHOWN = (
 )
 
 
+class _Row:
+    """A row of the report: given to --json as its fields, in their order."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
 @dataclass(frozen=True)
-class Setting:
+class Setting(_Row):
+    """A setting in force: its value, and where it came from."""
+
     name: str
     value: Any
     #: "--flag", "MRTR_STATE_X", "config file PATH" or "default"
     source: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "source": self.source}
 
     @property
     def text(self) -> str | None:
@@ -68,14 +74,14 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(_Row):
+    """A part of the deployment, tried as the commands use it: whether it works, and what was
+    found (or why it failed)."""
+
     name: str
     #: "ok", "failed" or "skipped" (nothing to check: no KEK configured, no reference clock)
     status: str
     detail: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
 def effective_settings(settings: Settings) -> list[Setting]:

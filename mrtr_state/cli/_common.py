@@ -1,15 +1,16 @@
 """What every mrtr-state command shares: settings, the keyset, options, errors, output.
 
-Each command parses its options, calls one library function and renders the result as text or
-``--json``. Every library error maps to the exit code of its class (see ``errors.py``) with one
-line on stderr; nothing here decides whether a token is valid.
+Command modules take all of it from here (the group machinery of ``_group`` included), so that
+an option, a way of reading a token or of printing a result is written once and behaves alike
+in every command.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 import click
 
@@ -94,8 +95,35 @@ def format_option(default_help: str) -> Callable[[F], F]:
     return decorate
 
 
+class Stated(NamedTuple):
+    """The binding a command line states, as given: what :func:`binding_options` hands its
+    command, as one value (``stated``)."""
+
+    principal: str | None
+    audience: str | None
+    request_id: str | None
+    method: str | None
+    target: str | None
+    arguments: str | None
+    bind: str | None
+    bind_file: str | None
+
+    def request(self) -> dict[str, Any]:
+        """The request binding's keyword arguments, checked (see :func:`request_binding`)."""
+        return request_binding(
+            self.request_id, self.method, self.target, self.arguments, self.bind, self.bind_file
+        )
+
+
 def binding_options(func: F) -> F:
-    """--principal, --audience and the request binding (an id, or method/target/arguments)."""
+    """--principal, --audience and the request binding (an id, or method/target/arguments),
+    handed to the command as one :class:`Stated` (its ``stated`` argument)."""
+
+    @functools.wraps(func)
+    def stating(*args: Any, **values: Any) -> Any:
+        stated = Stated(*(values.pop(name) for name in Stated._fields))
+        return func(*args, stated=stated, **values)
+
     options = [
         click.option(
             "--principal", "-p", metavar="P", help="Authenticated principal the token is bound to."
@@ -129,9 +157,10 @@ def binding_options(func: F) -> F:
             "included; nothing is stripped).",
         ),
     ]
+    command: Any = stating
     for option in reversed(options):
-        func = option(func)
-    return func
+        command = option(command)
+    return command  # type: ignore[no-any-return]
 
 
 #: The most bytes a bind value file may hold.
@@ -148,7 +177,7 @@ def request_binding(
 ) -> dict[str, Any]:
     """The request-binding keyword arguments of mint and verify, from the command line.
 
-    The rules of a binding are the library's (:func:`mrtr_state.tokens.binding.binding_of`), checked
+    The rules of a binding are the library's (:class:`mrtr_state.Binding`), checked
     here once so that a mistake is a usage error (exit 2) before any keyset is read.
     """
     if bind is not None and bind_file is not None:
@@ -170,10 +199,10 @@ def request_binding(
         "arguments": parsed,
         "bind": bound,
     }
-    from .._cli_api import binding_of
+    from .. import Binding
 
     try:
-        binding_of(**request)
+        Binding(**request)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     return request

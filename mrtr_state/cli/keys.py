@@ -772,20 +772,15 @@ def rotate(
             _would_create(path, algs or OWN_ALGORITHMS, as_json)
             return
         created = _create_if_missing(path, algs or OWN_ALGORITHMS, app.kek(settings))
+    schedule = {"propagation": wait, "retention": keep, "every": period}
     _step(
         path,
         lambda current: life.rotate(
-            current,
-            algs=algs or None,
-            now=_now(),
-            propagation=wait,
-            retention=keep,
-            every=period,
-            ttl_cap=ttl_cap,
+            current, algs=algs or None, now=_now(), ttl_cap=ttl_cap, **schedule
         ),
         dry_run=dry_run,
         as_json=as_json,
-        due=lambda keyset: life.due_list(keyset, propagation=wait, retention=keep, every=period),
+        due=lambda keyset: life.due_list(keyset, **schedule),
         before=created,
         kek=app.kek(settings),
     )

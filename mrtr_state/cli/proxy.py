@@ -76,6 +76,13 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _bytes_option(flag: str, least: int, default: int, help: str) -> Callable[[Any], Any]:
+    """An option giving a number of bytes, at least ``least``."""
+    return click.option(
+        flag, type=click.IntRange(min=least), default=default, show_default=True, help=help
+    )
+
+
 @click.command("proxy")
 @click.option(
     "--upstream",
@@ -116,12 +123,11 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     "unix:///PATH?db=N, redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE "
     "(or memory: for one process). No keyset is needed; handles are single use.",
 )
-@click.option(
+@_bytes_option(
     "--max-state",
-    type=click.IntRange(min=1),
-    default=1 << 20,
-    show_default=True,
-    help="With --state-store: the largest state kept, in bytes (a larger one is withheld).",
+    1,
+    1 << 20,
+    "With --state-store: the largest state kept, in bytes (a larger one is withheld).",
 )
 @click.option(
     "--replay-store",
@@ -129,12 +135,11 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     help="With --once: sqlite:///PATH, or Redis: redis://HOST:PORT/DB, unix:///PATH?db=N, "
     "redis+cluster://HOST:PORT,..., redis+sentinel://HOST:PORT,.../SERVICE.",
 )
-@click.option(
+@_bytes_option(
     "--max-body",
-    type=click.IntRange(min=1024),
-    default=4 << 20,
-    show_default=True,
-    help="Refuse request bodies over this many bytes (413) before parsing them.",
+    1024,
+    4 << 20,
+    "Refuse request bodies over this many bytes (413) before parsing them.",
 )
 @click.option(
     "--path",
@@ -179,28 +184,7 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     help="uvicorn's HTTP/1.1 parser (llhttp, or pure-Python h11).",
 )
 @pass_app
-def proxy_cmd(
-    app: App,
-    upstream: str,
-    listen: str,
-    principal_header: str | None,
-    principal_from: str | None,
-    allow_anonymous: bool,
-    audience: str | None,
-    ttl: int | None,
-    once: bool,
-    replay_store: str | None,
-    state_store: str | None,
-    max_state: int,
-    max_body: int,
-    paths: tuple[str, ...],
-    json_log: bool,
-    admin_listen: str | None,
-    head_timeout: int | None,
-    body_timeout: int | None,
-    drain: int | None,
-    parser: str,
-) -> None:
+def proxy_cmd(app: App, /, json_log: bool, **options: Any) -> None:
     """Serve a reverse proxy that seals every requestState the upstream MCP server emits.
 
     Each input_required result leaving the server gets its requestState sealed into an aead
@@ -225,28 +209,7 @@ def proxy_cmd(
     """
     say = _Say(json_log)
     with say.failures():
-        _run(
-            app,
-            say,
-            upstream=upstream,
-            listen=listen,
-            principal_header=principal_header,
-            principal_from=principal_from,
-            allow_anonymous=allow_anonymous,
-            audience=audience,
-            ttl=ttl,
-            once=once,
-            replay_store=replay_store,
-            state_store=state_store,
-            max_state=max_state,
-            max_body=max_body,
-            paths=paths,
-            admin_listen=admin_listen,
-            head_timeout=head_timeout,
-            body_timeout=body_timeout,
-            drain=drain,
-            parser=parser,
-        )
+        _run(app, say, **options)
 
 
 def _run(

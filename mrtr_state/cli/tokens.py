@@ -28,6 +28,7 @@ from .._cli_api import format_duration, printable, terminal_json
 from ._common import (
     NO_TOKEN,
     App,
+    Stated,
     binding_options,
     duration_option,
     emit_json,
@@ -79,19 +80,7 @@ def state_store_option(func: F) -> F:
 @json_option
 @pass_app
 def mint(
-    app: App,
-    fmt: str | None,
-    principal: str | None,
-    audience: str | None,
-    request_id: str | None,
-    method: str | None,
-    target: str | None,
-    arguments: str | None,
-    bind: str | None,
-    bind_file: str | None,
-    ttl: int | None,
-    state: str | None,
-    as_json: bool,
+    app: App, fmt: str | None, stated: Stated, ttl: int | None, state: str | None, as_json: bool
 ) -> None:
     """Mint a requestState token; print it alone on stdout.
 
@@ -101,7 +90,7 @@ def mint(
       mrtr-state mint -p alice --method tools/call --target deploy \\
           --arguments '{"env":"prod"}' --ttl 60 --state @state.json --json
     """
-    settings = app.settings(format=fmt, audience=audience)
+    settings = app.settings(format=fmt, audience=stated.audience)
     cap = settings.policy.lifetime_cap
     if ttl is not None and not 0 < ttl <= cap:
         raise click.UsageError(
@@ -111,15 +100,15 @@ def mint(
             if ttl > 0
             else "--ttl must be at least 1s"
         )
-    request = request_binding(request_id, method, target, arguments, bind, bind_file)
-    if audience is None and settings.audience is not None:
+    request = stated.request()
+    if stated.audience is None and settings.audience is not None:
         _no_configured_audience(settings)
     carried = read_state(state)
     keyset = app.keyset(settings)
     minted = issue(
         keyset,
         carried,
-        principal=principal,
+        principal=stated.principal,
         **request,
         ttl=ttl,
         audience=settings.audience,
@@ -205,14 +194,7 @@ class _MalformedInput(_Unusable):
 def verify_cmd(
     app: App,
     fmt: str | None,
-    principal: str | None,
-    audience: str | None,
-    request_id: str | None,
-    method: str | None,
-    target: str | None,
-    arguments: str | None,
-    bind: str | None,
-    bind_file: str | None,
+    stated: Stated,
     once: bool,
     replay_store: str | None,
     jsonl: bool,
@@ -252,15 +234,11 @@ def verify_cmd(
             state_store,
             token,
             once=once,
-            stated={
-                "principal": principal,
-                "audience": audience,
-                "request": (request_id, method, target, arguments),
-            },
+            stated=stated,
             refused={
                 "--format": fmt,
-                "--bind": bind,
-                "--bind-file": bind_file,
+                "--bind": stated.bind,
+                "--bind-file": stated.bind_file,
                 "--replay-store": replay_store,
                 "--jsonl": jsonl or None,
             },
@@ -272,13 +250,13 @@ def verify_cmd(
     source = token_source(token)
     if jsonl and source != "-":
         raise click.UsageError("--jsonl reads its lines from stdin: give - (or pipe them in)")
-    settings = app.settings(audience=audience, replay_store=replay_store, ttl_cap=ttl_cap)
+    settings = app.settings(audience=stated.audience, replay_store=replay_store, ttl_cap=ttl_cap)
     if once and source != "-" and settings.replay_store == "memory:":
         raise click.UsageError(
             "--once with the memory: store protects nothing across runs: give --replay-store "
             "sqlite:///PATH or redis://HOST:PORT/DB (or replay_store in the config)"
         )
-    request = request_binding(request_id, method, target, arguments, bind, bind_file)
+    request = stated.request()
     keyset = app.keyset(settings)
     store = None
     if once:
@@ -286,8 +264,8 @@ def verify_cmd(
 
         store = open_store(settings.replay_store, max_skew=settings.max_skew)
 
-    stated = {
-        "principal": principal,
+    given = {
+        "principal": stated.principal,
         **request,
         "audience": settings.audience,
         "format": fmt,
@@ -295,7 +273,7 @@ def verify_cmd(
         "once": store,
     }
     # verify's defaults are None: passing only what was stated keeps each call of a batch cheap
-    options = {name: value for name, value in stated.items() if value is not None}
+    options = {name: value for name, value in given.items() if value is not None}
     checked: Callable[[str | bytes], Claims] = functools.partial(verify, keyset, **options)
     printed: Callable[[str | bytes], tuple[Claims, str]] = functools.partial(
         verify_for_output, keyset, **options
@@ -658,7 +636,7 @@ def _verify_handle(
     token: str | None,
     *,
     once: bool,
-    stated: dict[str, Any],
+    stated: Stated,
     refused: dict[str, Any],
     as_json: bool,
 ) -> None:
@@ -672,16 +650,15 @@ def _verify_handle(
             f"{', '.join(given)} cannot be used with --state-store: a handle's record binds the "
             "principal, audience and request, and is single use by itself (--once takes it)"
         )
-    request_id, method, target, arguments = stated["request"]
-    request = request_binding(request_id, method, target, arguments)
-    audience = app.settings(audience=stated["audience"]).audience
+    request = request_binding(stated.request_id, stated.method, stated.target, stated.arguments)
+    audience = app.settings(audience=stated.audience).audience
     text = single_token(token, 256)
     store = _open_handle_store(app, url)
     try:
         claims = verify_handle(
             store,
             text,
-            principal=stated["principal"],
+            principal=stated.principal,
             audience=audience,
             request_id=request["request_id"],
             method=request["method"],

@@ -262,10 +262,30 @@ class _Run:
     def _spent(self) -> str:
         return f"not tried: --max-requests {self.settings.max_requests} reached"
 
-    def _baseline(self) -> tuple[str, Any]:
+    def _issued(self) -> tuple[str, Any]:
+        """A first round with the probe's arguments: (the issued state, the input requests);
+        a failure ends the run."""
         first = self._first(self.args)
-        assert isinstance(first, tuple)
-        state, requests = first
+        assert isinstance(first, tuple)  # (only a control round answers a failure as text)
+        return first
+
+    def _crossed(
+        self, check_id: str, arguments: dict[str, Any], other: bool, unlike: str
+    ) -> tuple[str, bool, Reply] | None:
+        """A state issued to A for the probe's arguments, retried with ``arguments`` (as B
+        when ``other``): (the state, whether it was accepted, the answer). Tried only once a
+        control round shows that such a retry completes a round of its own; else the check is
+        skipped (``unlike``: what differs, for the reason) and None returned."""
+        control = self._control(arguments, other)
+        if control is not None:
+            self.report.skipped(check_id, f"{unlike} a round of its own: {control}")
+            return None
+        issued, requests = self._issued()
+        accepted, reply = self._attack(check_id, issued, arguments, requests, other=other)
+        return issued, accepted, reply
+
+    def _baseline(self) -> tuple[str, Any]:
+        state, requests = self._issued()
         self.report.format = format_of(state)
         accepted, reply = self._retry(state, self.args, requests)
         if not accepted:
@@ -297,9 +317,7 @@ class _Run:
         self.report.passed(check_id, f"{len(variants)} refused")
 
     def _tamper(self) -> None:
-        first = self._first(self.args)
-        assert isinstance(first, tuple)
-        issued, requests = first
+        issued, requests = self._issued()
         variants = State(issued).tampered()
         if not variants:
             self.report.skipped(
@@ -309,9 +327,7 @@ class _Run:
         self._try_variants("tamper-accepted", issued, requests, variants)
 
     def _forged(self) -> None:
-        first = self._first(self.args)
-        assert isinstance(first, tuple)
-        issued, requests = first
+        issued, requests = self._issued()
         state = State(issued)
         variants = [state.forged_random()]
         readable = state.forged_readable()
@@ -327,29 +343,35 @@ class _Run:
             )
             return
         other_args, how = changed
-        control = self._control(other_args, False)
-        if control is not None:
-            self.report.skipped(
-                "cross-request-accepted",
-                f"the changed arguments ({how}) do not complete a round of their own: {control}",
-            )
+        unlike = f"the changed arguments ({how}) do not complete"
+        crossed = self._crossed("cross-request-accepted", other_args, False, unlike)
+        if crossed is None:
             return
-        first = self._first(self.args)
-        assert isinstance(first, tuple)
-        issued, requests = first
-        accepted, reply = self._attack("cross-request-accepted", issued, other_args, requests)
+        _issued, accepted, reply = crossed
+        self._judge(
+            "cross-request-accepted",
+            accepted,
+            f"accepted a state issued for other arguments ({how})",
+            [f"issued for: {_json(self.args)}", f"sent with:  {_json(other_args)} ({how})"],
+            f"answer: {describe(reply)}",
+            f"refused with {how}",
+        )
+
+    def _judge(
+        self,
+        check_id: str,
+        accepted: bool,
+        failed: str,
+        evidence: list[str],
+        answer: str,
+        passed: str,
+    ) -> None:
+        """An attack's verdict: failed when the server accepted it (``failed``, with the
+        evidence and the server's ``answer``), else passed (``passed``)."""
         if accepted:
-            self.report.failed(
-                "cross-request-accepted",
-                f"accepted a state issued for other arguments ({how})",
-                [
-                    f"issued for: {_json(self.args)}",
-                    f"sent with:  {_json(other_args)} ({how})",
-                    f"answer: {describe(reply)}",
-                ],
-            )
+            self.report.failed(check_id, failed, [*evidence, answer])
         else:
-            self.report.passed("cross-request-accepted", f"refused with {how}")
+            self.report.passed(check_id, passed)
 
     def _control(self, arguments: dict[str, Any], other: bool) -> str | None:
         """None when a round with ``arguments`` (as B when ``other``) completes, else why not."""
@@ -370,69 +392,50 @@ class _Run:
                 "not tried: give --other 'Name: value' (principal B's credentials)",
             )
             return
-        control = self._control(self.args, True)
-        if control is not None:
-            self.report.skipped(
-                "cross-principal-accepted",
-                f"principal B (--other) does not complete a round of its own: the tool {control}",
-            )
+        unlike = "principal B (--other) does not complete"
+        crossed = self._crossed("cross-principal-accepted", self.args, True, unlike)
+        if crossed is None:
             return
-        first = self._first(self.args)
-        assert isinstance(first, tuple)
-        issued, requests = first
-        accepted, reply = self._attack(
-            "cross-principal-accepted", issued, self.args, requests, other=True
+        issued, accepted, reply = crossed
+        self._judge(
+            "cross-principal-accepted",
+            accepted,
+            "accepted from B a state issued to A",
+            [
+                f"issued to A (--header): {_state(issued)}",
+                "sent by B (--other) with the same arguments",
+            ],
+            f"answer: {describe(reply)}",
+            "B's retry with A's state refused",
         )
-        if accepted:
-            self.report.failed(
-                "cross-principal-accepted",
-                "accepted from B a state issued to A",
-                [
-                    f"issued to A (--header): {_state(issued)}",
-                    "sent by B (--other) with the same arguments",
-                    f"answer: {describe(reply)}",
-                ],
-            )
-        else:
-            self.report.passed("cross-principal-accepted", "B's retry with A's state refused")
 
     def _replay(self, state: str, requests: Any) -> None:
         accepted, reply = self._attack("replay-accepted", state, self.args, requests)
-        if accepted:
-            self.report.failed(
-                "replay-accepted",
-                "a state was accepted a second time",
-                [
-                    f"sent twice: {_state(state)}",
-                    "first answer: accepted (the honest round)",
-                    f"second answer: {describe(reply)}",
-                ],
-            )
-        else:
-            self.report.passed("replay-accepted", "the second use was refused")
+        self._judge(
+            "replay-accepted",
+            accepted,
+            "a state was accepted a second time",
+            [f"sent twice: {_state(state)}", "first answer: accepted (the honest round)"],
+            f"second answer: {describe(reply)}",
+            "the second use was refused",
+        )
 
     def _long_lived(self) -> None:
         wait = self.settings.wait
         if wait is None:
             self.report.skipped("state-long-lived", "not tried: give --wait DURATION")
             return
-        first = self._first(self.args)
-        assert isinstance(first, tuple)
-        issued, requests = first
+        issued, requests = self._issued()
         self.sleep(wait)
         accepted, reply = self._attack("state-long-lived", issued, self.args, requests)
-        if accepted:
-            self.report.failed(
-                "state-long-lived",
-                f"accepted {wait:g}s after it was issued",
-                [
-                    f"issued: {_state(issued)}",
-                    f"sent back after {wait:g}s",
-                    f"answer: {describe(reply)}",
-                ],
-            )
-        else:
-            self.report.passed("state-long-lived", f"refused after {wait:g}s")
+        self._judge(
+            "state-long-lived",
+            accepted,
+            f"accepted {wait:g}s after it was issued",
+            [f"issued: {_state(issued)}", f"sent back after {wait:g}s"],
+            f"answer: {describe(reply)}",
+            f"refused after {wait:g}s",
+        )
 
     # --- what needs no request -------------------------------------------------------------
 

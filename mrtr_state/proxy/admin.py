@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..keys.keyset import Keyset
-from .app import Receive, Scope, Send
+from .app import Receive, Scope, Send, send_whole
 from .metrics import ProxyMetrics
 from .upstream import Upstream
 
@@ -151,22 +151,7 @@ async def _bounded(check: Awaitable[str | None], what: str) -> str | None:
 
 
 async def _answer(
-    send: Send,
-    status: int,
-    body: bytes,
-    kind: bytes,
-    headers: list[tuple[bytes, bytes]] | None = None,
+    send: Send, status: int, body: bytes, kind: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", kind),
-                (b"content-length", str(len(body)).encode("ascii")),
-                (b"cache-control", b"no-store"),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    """An admin page: never cached (health and metrics are of this moment)."""
+    await send_whole(send, status, body, kind, [(b"cache-control", b"no-store"), *headers])

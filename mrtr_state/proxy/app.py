@@ -344,35 +344,23 @@ class ProxyApp:
             # and a header the Connection header lists is removed before the upstream sees it:
             # either way the upstream would not see the principal the proxy bound the state to
             if other != read and other.replace(b"_", b"-") == read:
-                raise Refusal(
-                    400,
-                    INVALID_REQUEST,
-                    f"a header is spelled {other!r} beside {read!r}",
-                    "principal_spelled_twice",
+                raise _unusable_principal(
+                    f"a header is spelled {other!r} beside {read!r}", "principal_spelled_twice"
                 )
             if other == b"connection" and read in _options([value]):
-                raise Refusal(
-                    400,
-                    INVALID_REQUEST,
-                    "the Connection header lists the principal's header",
-                    "principal_hop_by_hop",
+                raise _unusable_principal(
+                    "the Connection header lists the principal's header", "principal_hop_by_hop"
                 )
-        values = [v for k, v in headers if k == (name or b"authorization")]
+        values = [v for k, v in headers if k == read]
         if len(values) > 1:
-            what = name.decode("latin-1") if name else "authorization"
-            raise Refusal(
-                400,
-                INVALID_REQUEST,
-                f"the {what} header appears {len(values)} times",
-                "principal_repeated",
+            what = read.decode("latin-1")
+            raise _unusable_principal(
+                f"the {what} header appears {len(values)} times", "principal_repeated"
             )
         value = values[0].strip(b" \t") if values else b""  # RFC 9110 OWS, nothing else
         if _CONTROL.search(value) is not None:
-            what = name.decode("latin-1") if name else "authorization"
-            raise Refusal(
-                400,
-                INVALID_REQUEST,
-                f"the {what} header holds a control character",
+            raise _unusable_principal(
+                f"the {read.decode('latin-1')} header holds a control character",
                 "principal_control",
             )
         text = value.decode("latin-1")
@@ -709,6 +697,12 @@ def _error(code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
+def _unusable_principal(why: str, reason: str) -> Refusal:
+    """The refusal (400) of a request whose principal header the upstream could read otherwise
+    than the proxy did, or not at all."""
+    return Refusal(400, INVALID_REQUEST, why, reason)
+
+
 def _extra_headers(refusal: Refusal) -> list[tuple[bytes, bytes]]:
     if refusal.status == 405:
         return [_ALLOW]
@@ -718,16 +712,23 @@ def _extra_headers(refusal: Refusal) -> list[tuple[bytes, bytes]]:
 
 
 async def _respond(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]]) -> None:
-    content = json.dumps(body, separators=(",", ":")).encode()
+    await send_whole(send, status, json.dumps(body, separators=(",", ":")).encode(), _JSON, headers)
+
+
+async def send_whole(
+    send: Send, status: int, body: bytes, kind: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """An answer the proxy makes itself (a refusal, an admin page), sent whole: its content
+    type and length, ``headers``, then the body."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", _JSON),
-                (b"content-length", str(len(content)).encode("ascii")),
+                (b"content-type", kind),
+                (b"content-length", str(len(body)).encode("ascii")),
                 *headers,
             ],
         }
     )
-    await send({"type": "http.response.body", "body": content})
+    await send({"type": "http.response.body", "body": body})

@@ -215,7 +215,7 @@ class StateGuard:
         target, arguments = request_target(method, params if type(params) is dict else None)
         try:
             bound = self.audience if audience is _CONFIGURED else audience
-            binding = binding_of(principal, None, bound, method, target, arguments)
+            binding = binding_of(principal, None, bound, method, target, arguments, None)
             sealed = await self.backend.seal(result["requestState"], binding)
         except (StateStoreError, ReplayStoreError) as err:
             if self.metrics is not None:

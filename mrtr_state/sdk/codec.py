@@ -33,7 +33,7 @@ from ..state.handles import HandleBackend
 from ..state.records import DEFAULT_MAX_STATE
 from ..state.replay import ReplayStore, token_key
 from ..state.tokens import TokenBackend
-from ..tokens.binding import binding_of
+from ..tokens.binding import Binding
 from ..tokens.policy import DEFAULT_FORMAT, DEFAULT_POLICY, Policy
 from ..tokens.registry import format_named
 from .mcp import wire_error
@@ -45,7 +45,7 @@ __all__ = ["HandleCodec", "KeysetCodec", "ReplayGuard", "StateCodec"]
 
 _log = logging.getLogger("mrtr_state")
 #: The SDK binds its envelope itself: the backend is asked to bind nothing of its own.
-_UNBOUND = binding_of()
+_UNBOUND = Binding()
 #: How long a state is kept when its envelope names no expiry (the SDK's always does).
 FALLBACK_TTL = 3600.0
 

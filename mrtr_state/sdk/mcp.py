@@ -197,17 +197,9 @@ def open_retry(
     The binding is recomputed from the retry's own method, target and arguments, never taken
     from the token. Raises an :class:`InvalidToken` subclass; answer it with :func:`wire_error`.
     """
-    return verify_retry(
-        keyset,
-        method=method,
-        params=params,
-        principal=principal,
-        audience=audience,
-        format=format,
-        once=once,
-        now=now,
-        policy=policy,
-    ).state
+    token, binding = retry_binding(method, params, principal=principal, audience=audience)
+    claims = verify(keyset, token, expect=binding, format=format, now=now, policy=policy, once=once)
+    return claims.state
 
 
 def verify_retry(
@@ -245,7 +237,7 @@ def retry_binding(
     if not isinstance(token, str):
         raise MalformedToken("the retry carries no requestState string")
     target, arguments = retry_target(method, params)
-    return token, binding_of(principal, None, audience, method, target, arguments)
+    return token, binding_of(principal, None, audience, method, target, arguments, None)
 
 
 _WIRE_ERROR: dict[str, Any] = {

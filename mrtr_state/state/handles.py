@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._encoding import EncodingError, b64url_decode, b64url_encode
 from ..errors import InvalidClaims, UnknownHandle
 from ..tokens.binding import Binding, binding_of
-from ..tokens.claims import Claims
+from ..tokens.claims import Claims, new_claims
 from ..tokens.policy import DEFAULT_POLICY, Policy
 from .backend import Opened, Sealed, blocking, finish
 from .records import (
@@ -149,7 +149,7 @@ def verify_handle(
     :class:`~mrtr_state.errors.StateStoreError`. ``claims.state`` is the stored state (text);
     ``claims.sub`` is None (a handle's principal is shown only as a digest, as ``inspect`` does).
     """
-    binding = expect or binding_of(principal, request_id, audience, method, target, arguments)
+    binding = expect or binding_of(principal, request_id, audience, method, target, arguments, None)
     opened = read_handle(handle)
     key, lock = opened.key, lock_of(opened, binding)
     if once:
@@ -161,14 +161,8 @@ def verify_handle(
     if value is None:
         raise UnknownHandle("unknown handle: never issued, already used, or expired")
     record = redeem(opened, value, handed, binding, now=time.time() if now is None else now)
-    return Claims(
-        state=record.state,
-        iat=record.iat,
-        exp=record.exp,
-        sub=None,
-        jti=None,
-        aud=record.aud,
-        rid=record.rid,
+    return new_claims(
+        state=record.state, iat=record.iat, exp=record.exp, aud=record.aud, rid=record.rid
     )
 
 

@@ -102,8 +102,8 @@ class Binding:
     rid: str | None
     _digest: str | None
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         principal: str | None = None,
         request_id: str | None = None,
@@ -112,8 +112,9 @@ class Binding:
         target: str | None = None,
         arguments: Any = None,
         bind: str | bytes | None = None,
-    ) -> None:
-        _fill(self, principal, request_id, audience, method, target, arguments, bind)
+    ) -> Binding:
+        # made (and checked) by binding_of, the one constructor: no __init__ runs after it
+        return binding_of(principal, request_id, audience, method, target, arguments, bind)
 
     def fingerprint(self) -> str | None:
         """The request identifier of mrtr-state's claims: the caller's ``request_id``, or the
@@ -135,8 +136,7 @@ class Binding:
         return f"Binding({shown or 'nothing'})"
 
 
-def _fill(
-    binding: Binding,
+def binding_of(
     principal: str | None,
     request_id: str | None,
     audience: str | None,
@@ -145,8 +145,10 @@ def _fill(
     arguments: Any,
     bind: str | bytes | None,
 ) -> Binding:
-    """Validate what a caller stated and set it on ``binding``: the one place a binding is
-    checked, for :class:`Binding` and :func:`binding_of` alike."""
+    """The validated :class:`Binding` of what a caller stated, or the ``ValueError`` naming
+    the caller's mistake: the one place a binding is checked. Every value in the order of
+    :class:`Binding`'s keywords, positionally: on the path of every mint and verify, where a
+    class call with keywords (``Binding(...)``) costs twice as much."""
     # the common case (ASCII text) costs a type test and ``isascii`` per value;
     # check_text names the rest
     kinds = 0
@@ -185,6 +187,7 @@ def _fill(
         elif not isinstance(bind, bytes):
             raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
         kinds |= BIND
+    binding = _new(Binding)
     binding.principal = principal
     binding.audience = audience
     binding.request_id = request_id
@@ -199,22 +202,6 @@ def _fill(
     binding.kinds = kinds
     binding._digest = None
     return binding
-
-
-def binding_of(
-    principal: str | None = None,
-    request_id: str | None = None,
-    audience: str | None = None,
-    method: str | None = None,
-    target: str | None = None,
-    arguments: Any = None,
-    bind: str | bytes | None = None,
-) -> Binding:
-    """The validated :class:`Binding` of what a caller stated, or the ``ValueError`` naming
-    the caller's mistake (the keywords of :func:`mrtr_state.mint` and ``verify``, in order).
-    On the path of every mint and verify: positional, and no class call (``Binding(...)``
-    costs twice as much)."""
-    return _fill(_new(Binding), principal, request_id, audience, method, target, arguments, bind)
 
 
 _new = object.__new__

@@ -69,31 +69,20 @@ class Minted:
         return self.claims.exp
 
 
-def _given(
-    given: Binding,
-    principal: str | None,
-    request_id: str | None,
-    audience: str | None,
-    method: str | None,
-    target: str | None,
-    arguments: Any,
-    bind: str | bytes | None,
-) -> Binding:
-    """The :class:`Binding` a call gave, refused beside binding keywords (the API's two
-    spellings of one binding: a call uses one, never both)."""
+def _stated(given: Binding | None, *values: Any) -> Binding:
+    """The :class:`Binding` a call states: built from its binding keywords (``values``, in
+    :func:`binding_of`'s order), or given whole, never both (the API's two spellings of one
+    binding: a call uses one)."""
+    if given is None:
+        return binding_of(*values)
     if type(given) is not Binding:
         raise TypeError(f"a binding must be a mrtr_state.Binding, not {type(given).__name__}")
-    if not (
-        principal is None
-        and request_id is None
-        and audience is None
-        and method is None
-        and target is None
-        and arguments is None
-        and bind is None
-    ):
+    if values != _UNSTATED:  # (item by item, identity first)
         raise ValueError("give a Binding or the binding keywords (principal=...), not both")
     return given
+
+
+_UNSTATED = (None,) * 7
 
 
 def _open(
@@ -181,11 +170,7 @@ def issue(
     bind: str | bytes | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
-    binding = (
-        binding_of(principal, request_id, audience, method, target, arguments, bind)
-        if binding is None
-        else _given(binding, principal, request_id, audience, method, target, arguments, bind)
-    )
+    binding = _stated(binding, principal, request_id, audience, method, target, arguments, bind)
     token, key, fmt, claims = _mint(keyset, state, binding, ttl, format, now, policy)
     return Minted(
         token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims, key.kid)
@@ -221,11 +206,7 @@ def mint(
     ``binding=Binding(...)`` states the same values as one object (:class:`Binding`), instead
     of the keywords; a call gives one or the other.
     """
-    binding = (
-        binding_of(principal, request_id, audience, method, target, arguments, bind)
-        if binding is None
-        else _given(binding, principal, request_id, audience, method, target, arguments, bind)
-    )
+    binding = _stated(binding, principal, request_id, audience, method, target, arguments, bind)
     return _mint(keyset, state, binding, ttl, format, now, policy)[0]
 
 
@@ -262,11 +243,7 @@ def verify(
     ``expect=Binding(...)`` states the expected binding as one object (:class:`Binding`),
     instead of the keywords; a call gives one or the other.
     """
-    binding = (
-        binding_of(principal, request_id, audience, method, target, arguments, bind)
-        if expect is None
-        else _given(expect, principal, request_id, audience, method, target, arguments, bind)
-    )
+    binding = _stated(expect, principal, request_id, audience, method, target, arguments, bind)
     return _verified(keyset, token, binding, format, now, policy, once, None)
 
 
@@ -318,11 +295,7 @@ def verify_for_output(
     rmcp payload that is not JSON is given as base64url (not JSON: the caller says so). A batch
     (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state.
     """
-    binding = (
-        binding_of(principal, request_id, audience, method, target, arguments, bind)
-        if expect is None
-        else _given(expect, principal, request_id, audience, method, target, arguments, bind)
-    )
+    binding = _stated(expect, principal, request_id, audience, method, target, arguments, bind)
     carried: list[str] = []
     claims = _verified(keyset, token, binding, format, now, policy, once, carried)
     if carried:

@@ -26,6 +26,7 @@ from ..._encoding import EncodingError, NestingError, authenticated_object
 from ...errors import (
     AudienceMismatch,
     BindingMismatch,
+    ExpiredToken,
     InvalidClaims,
     InvalidToken,
     MalformedToken,
@@ -41,7 +42,6 @@ from ..binding import (
     REQUEST,
     REQUEST_ID,
     Binding,
-    binding_of,
 )
 
 if TYPE_CHECKING:
@@ -52,13 +52,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UNCHECKED",
+    "Carried",
+    "Document",
     "Envelope",
     "RequestStateOnly",
     "View",
+    "both_ways",
+    "bound_mismatch",
+    "check_lifetime",
     "over_cap",
     "read_document",
     "refuse_to_mint",
     "refuse_uncarried",
+    "request_members",
+    "unbound_mismatch",
     "unreadable",
 ]
 
@@ -71,9 +78,15 @@ _UNCARRIED: dict[int, tuple[type[BindingMismatch], str]] = {
 }
 
 
+#: An SDK's JSON, as read from an authenticated plaintext.
+Document = dict[str, Any]
+#: Where an accepting path puts the state's own JSON text, when it can be printed as is (None:
+#: the caller prints nothing).
+Carried = list[str] | None
+
 #: The binding ``inspect`` passes to an accepting path: shape and lifetime are checked, and the
 #: path returns before any binding (inspect is not told which principal or request to expect).
-UNCHECKED = binding_of()
+UNCHECKED = Binding()
 
 
 class View:
@@ -126,16 +139,10 @@ class Envelope(Protocol):
         ...
 
     def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
+        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy, out: Carried
     ) -> Claims:
-        """The claims of an authenticated plaintext, or the specific refusal. With ``carried``,
-        the state's own JSON text is appended to it when it can be printed as is. Under
+        """The claims of an authenticated plaintext, or the specific refusal. With a list for
+        ``out``, the state's own JSON text is appended to it when it can be printed as is. Under
         :data:`UNCHECKED` it returns once shape and lifetime passed."""
         ...
 
@@ -189,6 +196,21 @@ def unreadable(what: str, err: EncodingError) -> InvalidToken:
     return InvalidClaims(f"{what}: {err}")
 
 
+def check_lifetime(
+    alive: bool, ago: float, lifetime: float, policy: Policy, *, to_the_ms: bool = False
+) -> None:
+    """An SDK envelope's lifetime: the SDK's own test (``alive``, stated as the SDK states it,
+    so that a NaN fails), then, beyond the SDK, the verifier's cap on the ``lifetime`` the
+    token claims (seconds). ``ago``: how long ago it expired, for the message, to the
+    millisecond where the SDK counts milliseconds (``to_the_ms``)."""
+    if not alive:
+        if to_the_ms:
+            raise ExpiredToken(f"expired {ago:.3f} s ago")
+        raise ExpiredToken(f"expired {int(ago)} s ago")
+    if not lifetime <= policy.lifetime_cap:
+        raise InvalidClaims(over_cap(lifetime, policy.lifetime_cap))
+
+
 def over_cap(lifetime: float, ttl_cap: float) -> str:
     """The refusal of a lifetime over the verifier's cap, in the SDK envelopes' words."""
     return (
@@ -200,8 +222,11 @@ def over_cap(lifetime: float, ttl_cap: float) -> str:
 class RequestStateOnly:
     """An official SDK's envelope: its tokens are requestStates, never sealed payloads.
 
-    Its view shows the members as read and takes its verdict from the envelope's own accepting
-    path (bindings unchecked).
+    Its accepting path (:meth:`accept`) is one run for every SDK whose tokens hold JSON: the
+    members, then the SDK's own checks of shape and lifetime (:meth:`checked`), then, unless
+    ``inspect`` asks, the bindings the tokens carry, each both ways (:meth:`bound`), in the
+    SDK's order. Its view shows the members as read and takes its verdict from that path
+    (bindings unchecked).
     """
 
     kind = ""
@@ -209,23 +234,75 @@ class RequestStateOnly:
     #: what the SDK binds, for inspect's note (empty: nothing inspect leaves unchecked)
     binds = ""
     mint_binds = ""
+    carries = 0
+    #: what the SDK calls the JSON its tokens carry ("envelope", "payload", "body")
+    document = "envelope"
+    #: the members that JSON may hold, whether it must hold every one, and what the SDK's
+    #: shape is called when it does not
+    members: frozenset[str] = frozenset()
+    every_member = False
+    shape = "claims object"
 
     def __init__(self, name: str, confidential: bool) -> None:
         self.name = name
         self.confidential = confidential
         #: "mcp-py tokens", for messages
         self.tokens = f"{name} tokens"
+        #: "mcp-rb envelope", for messages
+        self.what = f"{name} {self.document}"
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
+        raise NotImplementedError
+
+    def _requested(self, state: Any, binding: Binding, give: str) -> None:
+        """Minting: the state is the SDK's requestState (a string) and the request is bound
+        (``give``: what the caller gives for it)."""
+        if not isinstance(state, str):
+            raise ValueError(
+                f"{self.kind} state is a string (the SDK's requestState); JSON-encode it first"
+            )
+        if not binding.kinds & REQUEST:
+            raise ValueError(f"{self.tokens} bind a request: give {give}")
+
+    def _carried(self, kinds: int) -> None:
+        """Verifying: the stated binding ``kinds`` are all ones these tokens carry."""
+        if kinds & ~self.carries:
+            raise refuse_uncarried(kinds & ~self.carries, self.tokens)
+
+    def _request_stated(self, kinds: int, give: str) -> None:
+        """Verifying tokens bound to their request: the verifier stated it (``give``: what)."""
+        if not kinds & REQUEST:
+            raise RequestMismatch(
+                f"request mismatch: {self.tokens} are bound to their request; give the {give}"
+            )
 
     def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
+        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy, out: Carried
     ) -> Claims:
+        document = read_document(plaintext, self.what)
+        names = document.keys()
+        if not (names == self.members if self.every_member else names <= self.members):
+            raise InvalidClaims(f"{self.what} is not the SDK's {self.shape}")
+        self.checked(document, plaintext, now, policy)
+        if binding is not UNCHECKED:
+            self._carried(binding.kinds)
+            self.bound(document, key, binding)
+        return self.claims_of(document, key.kid)
+
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
+        """The SDK's own checks of an authenticated document of its members: the types of its
+        members, then its lifetime (:func:`check_lifetime`)."""
         raise NotImplementedError
+
+    def bound(self, document: Document, key: Key, binding: Binding) -> None:
+        """The bindings the SDK's tokens carry, each both ways, in the SDK's order (the stated
+        kinds are ones they carry: the caller checked)."""
+
+    def _version_one(self, document: dict[str, Any]) -> None:
+        """The SDK's version member: the integer 1."""
+        version = document.get("v")
+        if type(version) is not int or version != 1:
+            raise InvalidClaims(f"{self.what}: unsupported version (v must be 1)")
 
     def shown(self, plaintext: bytes) -> dict[str, Any] | None:
         """The members ``inspect`` shows of an opened plaintext: the JSON object as read (it
@@ -242,7 +319,7 @@ class RequestStateOnly:
         notes = (f"the SDK's bindings ({self.binds}) were not checked",) if self.binds else ()
         shown = self.shown(plaintext)
         try:
-            self.accept(plaintext, key, UNCHECKED, now, policy)
+            self.accept(plaintext, key, UNCHECKED, now, policy, None)
         except InvalidToken as err:
             return View(self.kind, shown, self.state_member, notes, err)
         return View(self.kind, shown, self.state_member, notes)
@@ -261,6 +338,38 @@ class RequestStateOnly:
 
     def codec_envelope(self, plaintext: bytes) -> bytes:
         raise WrongFormat("this token does not hold an SDK requestState envelope")
+
+
+def unbound_mismatch(what: str, error: type[BindingMismatch]) -> BindingMismatch:
+    """The refusal of a token not bound to ``what`` (a principal, an audience) when the
+    verifier states one."""
+    article = "an" if what[0] in "aeiou" else "a"
+    return error(f"{what} mismatch: the token is not bound to {article} {what}, but one was given")
+
+
+def bound_mismatch(what: str, error: type[BindingMismatch]) -> BindingMismatch:
+    """The refusal of a token bound to ``what`` when the verifier states none."""
+    article = "an" if what[0] in "aeiou" else "a"
+    return error(f"{what} mismatch: the token is bound to {article} {what}; give it to verify")
+
+
+def both_ways(carried: object, stated: object, what: str, error: type[BindingMismatch]) -> bool:
+    """Whether the token carries ``what`` and the verifier states it, to be compared. A value
+    on one side only is refused (:func:`unbound_mismatch`, :func:`bound_mismatch`); on
+    neither, it passes."""
+    if carried is None:
+        if stated is not None:
+            raise unbound_mismatch(what, error)
+        return False
+    if stated is None:
+        raise bound_mismatch(what, error)
+    return True
+
+
+def request_members(binding: Binding, digest: str) -> dict[str, Any]:
+    """The members with which the Python and Ruby SDKs bind the request: its method (``m``),
+    its target (``t``) and the digest of its arguments (``a``), each SDK's own."""
+    return {"m": binding.method, "t": binding.target, "a": digest}
 
 
 def refuse_uncarried(kinds: int, what: str) -> BindingMismatch:

@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..._encoding import skeleton, utf8
-from ...errors import ExpiredToken, InvalidClaims, PrincipalMismatch, RequestMismatch
+from ...errors import InvalidClaims, PrincipalMismatch, RequestMismatch
 from ..binding import PRINCIPAL, REQUEST, Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+from . import Document, RequestStateOnly, both_ways, check_lifetime
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -71,11 +71,9 @@ class McpJavaEnvelope(RequestStateOnly):
     binds = "principal, method, target"
     mint_binds = "a principal, a method and a target, as the Java SDK does"
     carries = _CARRIES
-    fresh_bytes = 0  # a signed payload: no id, no nonce, no salt
-
-    def __init__(self, name: str, confidential: bool) -> None:
-        super().__init__(name, confidential)
-        self._payload = f"{name} payload"
+    document = "payload"
+    members, every_member, shape = _MEMBERS, True, "record (exactly v, s, exp, p, m, n)"
+    fresh_bytes = 0  # signed: no id, no nonce, no salt
 
     def unverified(self, document: dict[str, Any]) -> dict[str, Any]:
         """The payload as read, its ``exp`` shown as ``exp_ms``: the unit is the SDK's, and a
@@ -88,12 +86,7 @@ class McpJavaEnvelope(RequestStateOnly):
     def pack(
         self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
-        if not isinstance(state, str):
-            raise ValueError(
-                f"{self.name} state is a string (the SDK's requestState); JSON-encode it first"
-            )
-        if not binding.kinds & REQUEST:
-            raise ValueError(f"{self.tokens} bind a request: give method and target")
+        self._requested(state, binding, "method and target")
         if binding.arguments is not None:
             raise ValueError(f"{self.tokens} bind method and target, not arguments")
         document: dict[str, Any] = {
@@ -111,36 +104,20 @@ class McpJavaEnvelope(RequestStateOnly):
         )
         return utf8(text), document
 
-    def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
-    ) -> Claims:
-        what = self._payload
-        document = read_document(plaintext, what)
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
         # the SDK's record, as its seal writes it: six members of their types, each once
-        if document.keys() != _MEMBERS:
-            raise InvalidClaims(f"{what} is not the SDK's record (exactly v, s, exp, p, m, n)")
+        what = self.what
+        self._version_one(document)
         get = document.get
-        version: Any = get("v")
-        if type(version) is not int or version != 1:
-            raise InvalidClaims(f"{what}: unsupported version (v must be 1)")
         if type(get("s")) is not str:
             raise InvalidClaims(f"{what}: missing state (s must be a string)")
         exp: Any = get("exp")
         if type(exp) is not int or not _LONG_MIN <= exp <= _LONG_MAX:  # the SDK's `long exp`
             raise InvalidClaims(f"{what}: exp must be an integer (Unix milliseconds, a Java long)")
-        principal: Any = get("p")
-        method: Any = get("m")
-        target: Any = get("n")
         if not (
-            isinstance(principal, _NULLABLE)
-            and isinstance(method, _NULLABLE)
-            and isinstance(target, _NULLABLE)
+            isinstance(get("p"), _NULLABLE)
+            and isinstance(get("m"), _NULLABLE)
+            and isinstance(get("n"), _NULLABLE)
         ):
             raise InvalidClaims(f"{what}: p, m and n must be strings or null")
         # six scalar members spell six colons outside strings: more is a member repeated
@@ -148,44 +125,25 @@ class McpJavaEnvelope(RequestStateOnly):
             raise InvalidClaims(f"{what}: a member is repeated")
         # the SDK's lifetime (refused once exp < now, in milliseconds), then beyond the SDK
         # exp - now <= ttl_cap
-        left = exp - _now_ms(now)
-        if not left >= 0:
-            raise ExpiredToken(f"expired {-left / 1000:.3f} s ago")
-        if not left <= policy.lifetime_cap * 1000:
-            raise InvalidClaims(over_cap(left / 1000, policy.lifetime_cap))
-        # the principal, the method and the target, in the SDK's order, both ways
-        if binding is not UNCHECKED:
-            kinds = binding.kinds
-            if kinds & ~_CARRIES:
-                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
-            if principal is None:
-                if binding.principal is not None:
-                    raise PrincipalMismatch(
-                        "principal mismatch: the token is not bound to a principal, but one "
-                        "was given"
-                    )
-            elif binding.principal is None:
-                raise PrincipalMismatch(
-                    "principal mismatch: the token is bound to a principal; give it to verify"
-                )
-            elif principal != binding.principal:
-                raise PrincipalMismatch("principal mismatch")
-            if not kinds & REQUEST:
-                raise RequestMismatch(
-                    f"request mismatch: {self.tokens} are bound to their request; give the "
-                    "method and target"
-                )
-            if binding.arguments is not None:
-                raise RequestMismatch(
-                    f"request mismatch: {self.tokens} do not bind arguments, but some were given"
-                )
-            if method != binding.method:
-                raise RequestMismatch("request mismatch: method")
-            if target != (binding.target or None):
-                raise RequestMismatch("request mismatch: target")
-        return self._claims(document, key.kid)
+        left = (exp - _now_ms(now)) / 1000
+        check_lifetime(left >= 0, -left, left, policy, to_the_ms=True)
 
-    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+    def bound(self, document: Document, key: Key, binding: Binding) -> None:
+        # the principal, the method and the target, in the SDK's order, both ways
+        principal, stated = document["p"], binding.principal
+        if both_ways(principal, stated, "principal", PrincipalMismatch) and principal != stated:
+            raise PrincipalMismatch("principal mismatch")
+        self._request_stated(binding.kinds, "method and target")
+        if binding.arguments is not None:
+            raise RequestMismatch(
+                f"request mismatch: {self.tokens} do not bind arguments, but some were given"
+            )
+        if document["m"] != binding.method:
+            raise RequestMismatch("request mismatch: method")
+        if document["n"] != (binding.target or None):
+            raise RequestMismatch("request mismatch: target")
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         get = document.get
         return new_claims(
             state=document["s"],
@@ -196,6 +154,3 @@ class McpJavaEnvelope(RequestStateOnly):
             kid=kid,
             format=self.name,
         )
-
-    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
-        return self._claims(document, kid)

@@ -20,11 +20,11 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..._encoding import one_shot_encoder
-from ...errors import ExpiredToken, InvalidClaims
+from ..._encoding import one_shot_encoder, written
+from ...errors import InvalidClaims
 from ..binding import Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+from . import Document, RequestStateOnly, check_lifetime
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -44,7 +44,8 @@ class McpPhpEnvelope(RequestStateOnly):
     kind = "mcp-php"
     state_member = "data"
     binds = ""  # the SDK binds nothing
-    carries = 0
+    document = "body"
+    members, every_member, shape = _MEMBERS, True, '{"exp", "data"} object'
     fresh_bytes = 0
 
     def pack(
@@ -55,48 +56,23 @@ class McpPhpEnvelope(RequestStateOnly):
                 f"{self.name} state is a JSON object or list (the SDK's data, a PHP array)"
             )
         body = {"exp": _floor(now) + ttl, "data": state}
-        try:
-            text = _encode_body(body)
-        except (TypeError, ValueError, RecursionError) as err:
-            raise ValueError(f"value is not JSON-serialisable: {err}") from None
         # json_encode escapes "/" (only ever inside strings in JSON text)
-        return text.replace("/", "\\/").encode("ascii"), body
+        return written(_encode_body, body).replace("/", "\\/").encode("ascii"), body
 
-    def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
-    ) -> Claims:
-        what = f"{self.name} body"
-        document = read_document(plaintext, what)
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
         # the SDK's shape: an integer exp, an array of data
-        if document.keys() != _MEMBERS:
-            raise InvalidClaims(f'{what} is not the SDK\'s {{"exp", "data"}} object')
         exp: Any = document["exp"]
         if type(exp) is not int:
-            raise InvalidClaims(f"{what}: exp must be an integer")
+            raise InvalidClaims(f"{self.what}: exp must be an integer")
         data: Any = document["data"]
         if type(data) is not dict and type(data) is not list:
-            raise InvalidClaims(f"{what}: data must be an object or a list (a PHP array)")
+            raise InvalidClaims(f"{self.what}: data must be an object or a list (a PHP array)")
         # the SDK's lifetime (not exp < now, in whole seconds), then beyond the SDK exp - now
         # <= ttl_cap
-        if not _floor(now) <= exp:
-            raise ExpiredToken(f"expired {int(now - exp)} s ago")
-        if not exp - now <= policy.lifetime_cap:
-            raise InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
-        # the SDK binds nothing: a binding stated is one the token does not carry
-        if binding is not UNCHECKED and binding.kinds:
-            raise refuse_uncarried(binding.kinds, self.tokens)
-        return self._claims(document, key.kid)
+        check_lifetime(_floor(now) <= exp, now - exp, exp - now, policy)
+        # the SDK binds nothing: a binding stated is one the token does not carry (carries: 0)
 
-    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         return new_claims(
             state=document["data"], exp=document["exp"], raw=document, kid=kid, format=self.name
         )
-
-    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
-        return self._claims(document, kid)

@@ -37,7 +37,7 @@ from ...errors import (
 )
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+from . import Document, RequestStateOnly, both_ways, check_lifetime, request_members
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -80,33 +80,21 @@ class McpPyEnvelope(RequestStateOnly):
     kind = "mcp-py"
     state_member = "s"
     binds = "request, audience, principal"
-    carries = _CARRIES
+    carries, members = _CARRIES, _MEMBERS
     fresh_bytes = 36  # (16 unused) the wire's nonce (12), the principal digest's salt (8)
 
     def __init__(self, name: str, confidential: bool) -> None:
         super().__init__(name, confidential)
         # the SDK's rules, whichever format carries the envelope (aead and jwe do, for
         # KeysetCodec): its refusals speak of mcp-py tokens
-        self.tokens = "mcp-py tokens"
+        self.tokens, self.what = "mcp-py tokens", "mcp-py envelope"
 
     def pack(
         self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
-        if not isinstance(state, str):
-            raise ValueError(
-                "mcp-py state is a string (the SDK's requestState); JSON-encode it first"
-            )
-        if not binding.kinds & REQUEST:
-            raise ValueError("mcp-py tokens bind a request: give method, target (and arguments)")
-        document: dict[str, Any] = {
-            "v": 1,
-            "iat": now,
-            "exp": now + ttl,
-            "m": binding.method,
-            "t": binding.target,
-            "a": binding.digest(),
-            "s": state,
-        }
+        self._requested(state, binding, "method, target (and arguments)")
+        request = request_members(binding, binding.digest())
+        document: dict[str, Any] = {"v": 1, "iat": now, "exp": now + ttl, **request, "s": state}
         if binding.audience is not None:
             document["aud"] = binding.audience
         if binding.principal is not None:
@@ -114,23 +102,10 @@ class McpPyEnvelope(RequestStateOnly):
             document["p"] = b64url_encode(salt + _principal_digest(salt, binding.principal))
         return _encode_envelope(document).encode("ascii"), document
 
-    def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
-    ) -> Claims:
-        document = read_document(plaintext, "mcp-py envelope")
-        # the SDK's shape
-        if not document.keys() <= _MEMBERS:
-            raise InvalidClaims("mcp-py envelope is not the SDK's claims object")
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
         get = document.get
-        state = get("s")
-        if get("v") != 1 or type(state) is not str:
-            raise InvalidClaims("mcp-py envelope: version must be 1 and the state a string")
+        if get("v") != 1 or type(get("s")) is not str:
+            raise InvalidClaims(f"{self.what}: version must be 1 and the state a string")
         # the SDK's lifetime (numbers, iat at most 60 s ahead, now < exp: stated as what
         # accepts, so a NaN fails; the reader refuses what is not finite), then beyond the SDK
         # exp - iat <= ttl_cap
@@ -140,47 +115,25 @@ class McpPyEnvelope(RequestStateOnly):
             raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
         if not (type(exp) is float or type(exp) is int):
             raise ExpiredToken("expired: exp is not a number")
-        if not now < exp:
-            raise ExpiredToken(f"expired {int(now - exp)} s ago")
-        if not exp - iat <= policy.lifetime_cap:
-            raise InvalidClaims(over_cap(exp - iat, policy.lifetime_cap))
-        # the request, the audience and the principal, each both ways
-        if binding is not UNCHECKED:
-            kinds = binding.kinds
-            if kinds & ~_CARRIES:
-                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
-            if not kinds & REQUEST:
-                raise RequestMismatch(
-                    f"request mismatch: {self.tokens} are bound to their request; give the "
-                    "method, target and arguments"
-                )
-            if (
-                get("m") != binding.method
-                or get("t") != binding.target
-                or get("a") != binding.digest()
-            ):
-                raise RequestMismatch("request mismatch")
-            if get("aud") != binding.audience:
-                raise AudienceMismatch("audience mismatch")
-            claim, principal = get("p"), binding.principal
-            if claim is None:
-                if principal is not None:
-                    raise PrincipalMismatch(
-                        "principal mismatch: the token is not bound to a principal, but one "
-                        "was given"
-                    )
-            elif principal is None:
-                raise PrincipalMismatch(
-                    "principal mismatch: the token is bound to a principal; give it to verify"
-                )
-            elif not _principal_matches(claim, principal):
-                raise PrincipalMismatch("principal mismatch")
-        return self._claims(document, key.kid)
+        check_lifetime(now < exp, now - exp, exp - iat, policy)
 
-    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+    def bound(self, document: Document, key: Key, binding: Binding) -> None:
+        # the request, the audience and the principal, each both ways
+        self._request_stated(binding.kinds, "method, target and arguments")
+        get = document.get
+        if get("m") != binding.method or get("t") != binding.target or get("a") != binding.digest():
+            raise RequestMismatch("request mismatch")
+        if get("aud") != binding.audience:
+            raise AudienceMismatch("audience mismatch")
+        claim, principal = get("p"), binding.principal
+        if both_ways(claim, principal, "principal", PrincipalMismatch) and not (
+            _principal_matches(claim, principal)  # type: ignore[arg-type]
+        ):
+            raise PrincipalMismatch("principal mismatch")
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         get = document.get
         claim = get("p")
-        # Claims(state, iat, exp, jti, sub, aud, rid, raw, kid, format), built as the tuple it is
         return new_claims(
             state=document["s"],
             iat=get("iat"),
@@ -192,9 +145,6 @@ class McpPyEnvelope(RequestStateOnly):
             kid=kid,
             format=self.name,
         )
-
-    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
-        return self._claims(document, kid)
 
     def codec_plaintext(self, envelope: bytes) -> bytes:
         return envelope  # the SDK's own codec seals the envelope as it is

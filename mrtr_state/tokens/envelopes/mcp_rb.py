@@ -25,10 +25,10 @@ from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 from ..._encoding import one_shot_encoder, utf8
-from ...errors import AudienceMismatch, ExpiredToken, InvalidClaims, RequestMismatch
+from ...errors import AudienceMismatch, InvalidClaims, RequestMismatch
 from ..binding import AUDIENCE, REQUEST, Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, read_document, refuse_uncarried
+from . import Document, RequestStateOnly, check_lifetime, request_members
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -132,79 +132,46 @@ class McpRbEnvelope(RequestStateOnly):
     state_member = "s"
     binds = "request, audience"
     carries = _CARRIES
+    members = _MEMBERS
     fresh_bytes = 28  # (16 unused) the wire's IV (12)
 
     def pack(
         self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
     ) -> tuple[bytes, dict[str, Any]]:
-        if not isinstance(state, str):
-            raise ValueError(
-                f"{self.name} state is a string (the SDK's requestState); JSON-encode it first"
-            )
-        if not binding.kinds & REQUEST:
-            raise ValueError(f"{self.tokens} bind a request: give method, target (and arguments)")
-        document: dict[str, Any] = {
-            "v": 1,
-            "exp": _floor(now) + ttl,
-            "m": binding.method,
-            "t": binding.target,
-            "a": ruby_arguments_digest(binding.arguments),
-        }
+        self._requested(state, binding, "method, target (and arguments)")
+        request = request_members(binding, ruby_arguments_digest(binding.arguments))
+        document: dict[str, Any] = {"v": 1, "exp": _floor(now) + ttl, **request}
         if binding.audience is not None:
             document["aud"] = binding.audience
         document["s"] = state
         return utf8(_encode_envelope(document)), document
 
-    def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
-    ) -> Claims:
-        what = f"{self.name} envelope"
-        document = read_document(plaintext, what)
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
         # the SDK's shape: its version, an integer exp, the state
-        if not document.keys() <= _MEMBERS:
-            raise InvalidClaims(f"{what} is not the SDK's claims object")
-        get = document.get
-        version: Any = get("v")
-        if type(version) is not int or version != 1:
-            raise InvalidClaims(f"{what}: unsupported version (v must be 1)")
-        exp: Any = get("exp")
+        self._version_one(document)
+        exp: Any = document.get("exp")
         if type(exp) is not int:
-            raise InvalidClaims(f"{what}: exp must be a whole number of seconds")
-        if type(get("s")) is not str:
-            raise InvalidClaims(f"{what}: missing state (s must be a string)")
+            raise InvalidClaims(f"{self.what}: exp must be a whole number of seconds")
+        if type(document.get("s")) is not str:
+            raise InvalidClaims(f"{self.what}: missing state (s must be a string)")
         # the SDK's lifetime (now <= exp in whole seconds), then beyond the SDK exp - now <=
         # ttl_cap
-        if not _floor(now) <= exp:
-            raise ExpiredToken(f"expired {int(now - exp)} s ago")
-        if not exp - now <= policy.lifetime_cap:
-            raise InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
-        # method, target, arguments digest and audience, in the SDK's order, both ways
-        if binding is not UNCHECKED:
-            kinds = binding.kinds
-            if kinds & ~_CARRIES:
-                raise refuse_uncarried(kinds & ~_CARRIES, self.tokens)
-            if not kinds & REQUEST:
-                raise RequestMismatch(
-                    f"request mismatch: {self.tokens} are bound to their request; give the "
-                    "method, target and arguments"
-                )
-            if get("m") != binding.method:
-                raise RequestMismatch("request mismatch: method")
-            if get("t") != binding.target:
-                raise RequestMismatch("request mismatch: target")
-            if get("a") != _digest(binding):
-                raise RequestMismatch("request mismatch: arguments")
-            if get("aud") != binding.audience:
-                raise AudienceMismatch("audience mismatch")
-        return self._claims(document, key.kid)
+        check_lifetime(_floor(now) <= exp, now - exp, exp - now, policy)
 
-    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+    def bound(self, document: Document, key: Key, binding: Binding) -> None:
+        # method, target, arguments digest and audience, in the SDK's order, both ways
+        self._request_stated(binding.kinds, "method, target and arguments")
+        get = document.get
+        if get("m") != binding.method:
+            raise RequestMismatch("request mismatch: method")
+        if get("t") != binding.target:
+            raise RequestMismatch("request mismatch: target")
+        if get("a") != _digest(binding):
+            raise RequestMismatch("request mismatch: arguments")
+        if get("aud") != binding.audience:
+            raise AudienceMismatch("audience mismatch")
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         get = document.get
         return new_claims(
             state=document["s"],
@@ -215,6 +182,3 @@ class McpRbEnvelope(RequestStateOnly):
             kid=kid,
             format=self.name,
         )
-
-    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
-        return self._claims(document, kid)

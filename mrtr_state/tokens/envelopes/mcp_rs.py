@@ -20,11 +20,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..._encoding import EncodingError, authenticated_json, b64url_encode, one_shot_encoder, utf8
-from ...errors import ExpiredToken, InvalidClaims, MalformedToken
+from ..._encoding import (
+    EncodingError,
+    authenticated_json,
+    b64url_encode,
+    one_shot_encoder,
+    utf8,
+    written,
+)
+from ...errors import InvalidClaims, MalformedToken
 from ..binding import BIND, Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried
+from . import UNCHECKED, Carried, RequestStateOnly, check_lifetime
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -44,11 +51,7 @@ def payload_of(state: Any) -> bytes:
     """The payload rmcp would carry for ``state``: bytes as given, else its JSON."""
     if isinstance(state, bytes | bytearray | memoryview):
         return bytes(state)
-    try:
-        text = _encode_payload(state)
-    except (TypeError, ValueError, RecursionError) as err:
-        raise ValueError(f"value is not JSON-serialisable: {err}") from None
-    return utf8(text)
+    return utf8(written(_encode_payload, state))
 
 
 def _state(payload: bytes) -> Any:
@@ -97,13 +100,7 @@ class McpRsEnvelope(RequestStateOnly):
         }
 
     def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
+        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy, out: Carried
     ) -> Claims:
         # rmcp's order after the tag: a body with its expiry, then 0 never expires, else
         # now_ms <= expiry; beyond rmcp, the verifier's cap on what lies ahead
@@ -119,14 +116,11 @@ class McpRsEnvelope(RequestStateOnly):
                     "it only with its ttl_cap lifted (ttl_cap none)"
                 )
         else:
-            left = expiry - _now_ms(now)
-            if not left >= 0:
-                raise ExpiredToken(f"expired {-left / 1000:.3f} s ago")
-            if not left <= policy.lifetime_cap * 1000:
-                raise InvalidClaims(over_cap(left / 1000, policy.lifetime_cap))
+            left = (expiry - _now_ms(now)) / 1000
+            check_lifetime(left >= 0, -left, left, policy, to_the_ms=True)
         # no binding but the bind value, which the wire's tag covered
-        if binding is not UNCHECKED and binding.kinds & ~BIND:
-            raise refuse_uncarried(binding.kinds & ~BIND, self.tokens)
+        if binding is not UNCHECKED:
+            self._carried(binding.kinds)
         return self._claims(expiry, _state(plaintext[8:]), key.kid)
 
     def _claims(self, expiry: int, state: Any, kid: str) -> Claims:

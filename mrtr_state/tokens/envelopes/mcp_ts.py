@@ -15,8 +15,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..._encoding import (
-    EncodingError,
-    authenticated_object,
     b64url_encode,
     compare_digest,
     one_shot_encoder,
@@ -26,7 +24,7 @@ from ..._primitives import Keyed, hmac_key
 from ...errors import ExpiredToken, InvalidClaims, RequestMismatch
 from ..binding import BIND, Binding
 from ..claims import Claims, new_claims
-from . import UNCHECKED, RequestStateOnly, over_cap, refuse_uncarried, unreadable
+from . import Document, RequestStateOnly, check_lifetime
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -40,7 +38,6 @@ _encode_body = one_shot_encoder(
 )
 _BIND_LABEL = b"mcp.requestState.bind:"
 _MEMBERS = frozenset({"p", "exp", "b"})
-_UNCARRIED = ~BIND
 
 
 def _bind_keyed(secret: bytes) -> Keyed:
@@ -61,11 +58,9 @@ class McpTsEnvelope(RequestStateOnly):
     state_member = "p"
     binds = "bind value"
     carries = BIND
+    document = "body"
+    members, shape = _MEMBERS, "{p, exp, b} object"
     fresh_bytes = 0  # a signed body: no id, no nonce, no salt
-
-    def __init__(self, name: str, confidential: bool) -> None:
-        super().__init__(name, confidential)
-        self._body = f"{name} body"
 
     def pack(
         self, state: Any, binding: Binding, key: Key, now: float, ttl: int, fresh: Fresh
@@ -75,57 +70,32 @@ class McpTsEnvelope(RequestStateOnly):
             body["b"] = bind_tag(key, binding.bind)
         return utf8(_encode_body(body)), body
 
-    def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
-    ) -> Claims:
-        try:
-            document = authenticated_object(plaintext)
-        except EncodingError as err:
-            raise unreadable(self._body, err) from None
-        # the SDK's shape
-        if not _MEMBERS.issuperset(document):
-            raise InvalidClaims(f"{self.name} body is not the SDK's {{p, exp, b}} object")
+    def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
         if "p" not in document:
-            raise InvalidClaims(f"{self.name} body lacks its payload p")
+            raise InvalidClaims(f"{self.what} lacks its payload p")
         # the SDK's now < exp (a number: stated as what accepts, so a NaN fails; the reader
         # refuses what is not finite), then beyond the SDK exp - now <= ttl_cap
         exp: Any = document.get("exp")
         if not (type(exp) is int or type(exp) is float):
             raise ExpiredToken("expired: exp is not a number")
-        if not now < exp:
-            raise ExpiredToken(f"expired {int(now - exp)} s ago")
-        if not exp - now <= policy.lifetime_cap:
-            raise InvalidClaims(over_cap(exp - now, policy.lifetime_cap))
-        # the bind tag, both ways (a tag that is not ASCII text never matches)
-        if binding is not UNCHECKED:
-            if binding.kinds & _UNCARRIED:
-                raise refuse_uncarried(binding.kinds & _UNCARRIED, self.tokens)
-            tag, bind = document.get("b"), binding.bind
-            if tag is None:
-                if bind is not None:
-                    raise RequestMismatch(
-                        "bind mismatch: the token carries no bind tag, but one was given"
-                    )
-            elif bind is None:
-                raise RequestMismatch(
-                    "bind mismatch: the token carries a bind tag; state its bind value to verify"
-                )
-            elif not (
-                type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))
-            ):
-                raise RequestMismatch("bind mismatch")
-        return self._claims(document, key.kid)
+        check_lifetime(now < exp, now - exp, exp - now, policy)
 
-    def _claims(self, document: dict[str, Any], kid: str) -> Claims:
+    def bound(self, document: Document, key: Key, binding: Binding) -> None:
+        # the bind tag, both ways (a tag that is not ASCII text never matches)
+        tag, bind = document.get("b"), binding.bind
+        if tag is None:
+            if bind is not None:
+                raise RequestMismatch(
+                    "bind mismatch: the token carries no bind tag, but one was given"
+                )
+        elif bind is None:
+            raise RequestMismatch(
+                "bind mismatch: the token carries a bind tag; state its bind value to verify"
+            )
+        elif not (type(tag) is str and tag.isascii() and compare_digest(tag, bind_tag(key, bind))):
+            raise RequestMismatch("bind mismatch")
+
+    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
         return new_claims(
             state=document["p"], exp=document["exp"], raw=document, kid=kid, format=self.name
         )
-
-    def claims_of(self, document: dict[str, Any], kid: str) -> Claims:
-        return self._claims(document, kid)

@@ -46,7 +46,15 @@ from ...errors import (
 from ..binding import AUDIENCE, PRINCIPAL, REQUEST, REQUEST_ID, Binding
 from ..claims import MAX_TIME, Claims, audience_list, new_claims
 from ..principal import principal_tag, tag_matches
-from . import UNCHECKED, View, refuse_uncarried, unreadable
+from . import (
+    UNCHECKED,
+    Carried,
+    View,
+    bound_mismatch,
+    refuse_uncarried,
+    unbound_mismatch,
+    unreadable,
+)
 
 if TYPE_CHECKING:
     from ..._entropy import Fresh
@@ -109,16 +117,6 @@ def _same(stored: str, expected: str) -> bool:
         return compare_digest(stored.encode("utf-8", "surrogatepass"), expected.encode("utf-8"))
 
 
-def _unbound(what: str, error: type[InvalidToken]) -> InvalidToken:
-    article = "an" if what[0] in "aeiou" else "a"
-    return error(f"{what} mismatch: the token is not bound to {article} {what}, but one was given")
-
-
-def _bound(what: str, error: type[InvalidToken]) -> InvalidToken:
-    article = "an" if what[0] in "aeiou" else "a"
-    return error(f"{what} mismatch: the token is bound to {article} {what}; give it to verify")
-
-
 class OwnEnvelope:
     """Claims, sealed payloads and KeysetCodec envelopes in aead, jws and jwe; see above."""
 
@@ -168,13 +166,7 @@ class OwnEnvelope:
         return claims_bytes(claims, state), claims
 
     def accept(
-        self,
-        plaintext: bytes,
-        key: Key,
-        binding: Binding,
-        now: float,
-        policy: Policy,
-        carried: list[str] | None = None,
+        self, plaintext: bytes, key: Key, binding: Binding, now: float, policy: Policy, out: Carried
     ) -> Claims:
         try:
             document = authenticated_object(plaintext)
@@ -228,9 +220,9 @@ class OwnEnvelope:
             principal = binding.principal
             if sub is None:
                 if principal is not None:
-                    raise _unbound("principal", PrincipalMismatch)
+                    raise unbound_mismatch("principal", PrincipalMismatch)
             elif principal is None:
-                raise _bound("principal", PrincipalMismatch)
+                raise bound_mismatch("principal", PrincipalMismatch)
             elif not (
                 _same(sub, principal) if self.confidential else tag_matches(key, sub, principal)
             ):
@@ -238,9 +230,9 @@ class OwnEnvelope:
             audience = binding.audience
             if aud is None:
                 if audience is not None:
-                    raise _unbound("audience", AudienceMismatch)
+                    raise unbound_mismatch("audience", AudienceMismatch)
             elif audience is None:
-                raise _bound("audience", AudienceMismatch)
+                raise bound_mismatch("audience", AudienceMismatch)
             elif not (
                 _same(aud, audience)
                 if type(aud) is str
@@ -249,15 +241,15 @@ class OwnEnvelope:
                 raise AudienceMismatch("audience mismatch")
             if rid is None:
                 if kinds & _REQUESTS:
-                    raise _unbound("request", RequestMismatch)
+                    raise unbound_mismatch("request", RequestMismatch)
             elif not kinds & _REQUESTS:
-                raise _bound("request", RequestMismatch)
+                raise bound_mismatch("request", RequestMismatch)
             elif not _same(rid, binding.rid or binding.fingerprint()):  # type: ignore[arg-type]
                 raise RequestMismatch("request mismatch")
-        if carried is not None:
+        if out is not None:
             shown = _carried_state(plaintext)
             if shown is not None:
-                carried.append(shown)
+                out.append(shown)
         return new_claims(
             state=state,
             iat=iat,
@@ -283,7 +275,7 @@ class OwnEnvelope:
         sealed payload is refused as not a requestState, anything else as unreadable claims."""
         marker = plaintext[:1]
         if marker == CODEC:
-            return self._codec().accept(plaintext[1:], key, binding, now, policy)
+            return self._codec().accept(plaintext[1:], key, binding, now, policy, None)
         if marker == SEALED:
             raise WrongFormat("this token holds a sealed payload, not claims; use unseal")
         raise unreadable("claims", unread)
@@ -305,7 +297,7 @@ class OwnEnvelope:
         except EncodingError:
             shown = None
         try:
-            self.accept(plaintext, key, UNCHECKED, now, policy)
+            self.accept(plaintext, key, UNCHECKED, now, policy, None)
         except InvalidToken as err:
             return View("claims", shown, "st", (_NOT_CHECKED,), err)
         return View("claims", shown, "st", (_NOT_CHECKED,))

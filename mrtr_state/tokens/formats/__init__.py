@@ -9,7 +9,8 @@ given its format's name and key algorithm by the table; it imports neither the t
 envelope.
 
 What every wire shares is here: the :class:`Wire` contract, :class:`Anatomy` (what ``inspect``
-reads without a key), and the look-ups a wire builds once per keyset version.
+reads without a key), the look-ups a wire builds once per keyset version, and
+:class:`KeylessWire`, the part of the SDK wires whose tokens name no key.
 """
 
 from __future__ import annotations
@@ -17,13 +18,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ...errors import KeyRetired, UnknownKey, WrongFormat
+from ..._encoding import EncodingError, b64url_decode, compare_digest
+from ...errors import KeyRetired, MalformedToken, UnknownKey, WrongFormat
 
 if TYPE_CHECKING:
+    from ..._primitives import Keyed
     from ...keys.key import Key
     from ...keys.keyset import Keyset
 
-__all__ = ["Anatomy", "Routes", "Wire", "candidates", "no_keys", "refusal", "usable"]
+__all__ = [
+    "Anatomy",
+    "KeylessWire",
+    "Routes",
+    "Wire",
+    "candidates",
+    "decode_segment",
+    "mac_signer",
+    "no_keys",
+    "refusal",
+    "usable",
+]
 
 K = TypeVar("K", bytes, str)
 R = TypeVar("R")
@@ -138,3 +152,79 @@ def no_keys(alg: str, what: str = "") -> UnknownKey:
     """The refusal of a token of an SDK whose tokens carry no key id when the keyset holds no
     usable key of ``alg``; it names the remedy (import the SDK's key)."""
     return UnknownKey(f"the keyset holds no usable {alg} key{what}").needing("import_key", alg=alg)
+
+
+def decode_segment(segment: str, what: str) -> bytes:
+    """One base64url segment of a token (``what`` names it), or the malformed-token refusal."""
+    try:
+        return b64url_decode(segment)
+    except EncodingError as err:
+        raise MalformedToken(f"{what}: {err}") from None
+
+
+def mac_signer(tried: Iterable[tuple[Key, Keyed]], signed: bytes, mac: bytes) -> Key | None:
+    """The key among ``tried`` whose HMAC of ``signed`` is ``mac`` (each compared in constant
+    time; a MAC of another length never matches), or None."""
+    for key, keyed in tried:
+        state = keyed.copy()
+        state.update(signed)
+        if compare_digest(state.finalize(), mac):
+            return key
+    return None
+
+
+class KeylessWire(Generic[R]):
+    """What the wires of SDKs whose tokens carry no key id share: their keys are tried, usable
+    ones only, primary first (:func:`candidates`), each prepared once per keyset version into
+    what the wire checks a token with (``R``: a keyed HMAC state, an AES-GCM cipher).
+
+    A subclass says how a key is prepared (:meth:`_keyed`) and does its own sealing, opening
+    and anatomy; it asks :meth:`_tried` for the keys to try.
+    """
+
+    associates = False
+
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._candidates_name = f"{name}-candidates"
+        self._build_candidates = self._candidates  # bound once, not once per call
+
+    def _keyed(self, key: Key) -> tuple[Key, R]:
+        raise NotImplementedError
+
+    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, R]]:
+        return candidates(keys, self.alg, self._keyed)
+
+    def _tried(self, keyset: Keyset) -> list[tuple[Key, R]]:
+        """The keys to try on a token, primary first; none usable is refused, naming the
+        remedy."""
+        tried: list[tuple[Key, R]] = keyset.derived(self._candidates_name, self._build_candidates)
+        if not tried:
+            raise no_keys(self.alg)
+        return tried
+
+    def _signed_anatomy(
+        self, before: tuple[tuple[str, str], ...], body: str, mac: str, keyed: str
+    ) -> Anatomy:
+        """The anatomy of a token whose body is signed, not encrypted (anyone can read it):
+        ``before`` the body (a prefix), then the body and its HMAC-SHA256 (``keyed``: under
+        what key, and over what)."""
+        readable = decode_segment(body, f"{self.name} body")
+        decode_segment(mac, f"{self.name} MAC")
+        return Anatomy(
+            format=self.name,
+            kid="",
+            segments=(*before, ("body", body), (".", "."), ("MAC", mac)),
+            fields=(
+                self.no_kid(),
+                ("body", f"{len(readable)} bytes, readable by anyone"),
+                ("MAC", f"HMAC-SHA256 {keyed}"),
+            ),
+            confidential=False,
+            readable=readable,
+        )
+
+    def no_kid(self) -> tuple[str, str]:
+        """The anatomy's key id field of a token that names none."""
+        return ("key id", f"none ({self.name} tokens carry no key id)")

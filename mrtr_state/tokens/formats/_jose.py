@@ -9,9 +9,19 @@ refused before any key is looked up. The header is parsed only to say *why* it w
 
 from __future__ import annotations
 
-from ..._encoding import EncodingError, b64url_decode, b64url_encode, is_kid, json_loads
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from ..._encoding import EncodingError, b64url_encode, is_kid, json_loads
 from ..._printable import printable
 from ...errors import MalformedToken
+from . import Anatomy, Routes, decode_segment, refusal, usable
+
+if TYPE_CHECKING:
+    from ...keys.key import Key
+    from ...keys.keyset import Keyset
+
+R = TypeVar("R")
+S = TypeVar("S")
 
 TYP = "mrtr-state+jwt"
 # Members that make a JOSE library fetch, embed, derive, inflate or extend; named in refusals.
@@ -82,8 +92,69 @@ def split_compact(token: str, parts: int, what: str) -> list[str]:
     return segments
 
 
-def decode_segment(segment: str, what: str) -> bytes:
-    try:
-        return b64url_decode(segment)
-    except EncodingError as err:
-        raise MalformedToken(f"{what}: {err}") from None
+class JoseWire(Generic[R, S]):
+    """What the jws and jwe wires share: the exact header (:attr:`header`) names the key, and a
+    token's header segment is looked up as it stands among the segments of the usable keys
+    (one dictionary look-up; anything else is refused for its true reason, :meth:`_route`).
+
+    A subclass says what a route holds (``R``, from :meth:`_route_of`) and what sealing under
+    a key needs (``S``, from :meth:`_sealer`); both are built once (per keyset version, per
+    key) and kept.
+    """
+
+    associates = False
+    confidential: bool
+    header: ExactHeader
+
+    def __init__(self, name: str, alg: str) -> None:
+        self.name = name
+        self.alg = alg
+        self._routes_name = f"{name}-routes"
+        self._sealer_name = f"{name}-sealer"
+        # bound once, not once per call
+        self._build_routes = self._routes
+        self._build_sealer = self._sealer
+
+    def _route_of(self, key: Key) -> R:
+        raise NotImplementedError
+
+    def _sealer(self, key: Key) -> S:
+        raise NotImplementedError
+
+    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, R]:
+        encode = self.header.encode
+        return Routes(
+            {encode(key.kid): self._route_of(key) for key in usable(keys, self.alg)}, keys
+        )
+
+    def _anatomy(
+        self,
+        header: str,
+        kid: str,
+        labelled: tuple[tuple[str, str], ...],
+        fields: tuple[tuple[str, str], ...],
+        readable: bytes | None = None,
+    ) -> Anatomy:
+        """The anatomy of a token whose ``header`` segment names ``kid``: the header, then the
+        ``labelled`` segments, dot by dot; the key id, then ``fields``."""
+        segments: tuple[tuple[str, str], ...] = (("header", header),)
+        for label, text in labelled:
+            segments += ((".", "."), (label, text))
+        return Anatomy(
+            format=self.name,
+            kid=kid,
+            segments=segments,
+            fields=(("key id", kid), *fields),
+            confidential=self.confidential,
+            header={**dict(self.header.fixed), "kid": kid, "typ": TYP},
+            readable=readable,
+        )
+
+    def _route(self, keyset: Keyset, header: str) -> R:
+        """The route of the key whose exact header segment ``header`` is; a foreign header, an
+        unknown or a retired key is refused with the precise reason."""
+        routes = keyset.derived(self._routes_name, self._build_routes)
+        route = routes.usable.get(header)
+        if route is None:
+            raise refusal(routes.by_kid, self.header.kid_of(header), self.alg)
+        return route

@@ -17,8 +17,8 @@ from ..._encoding import EncodingError, b64url_decode, b64url_encode, json_loads
 from ..._entropy import random_bytes
 from ..._primitives import AESGCM, TAG_MISMATCH, InvalidTag
 from ...errors import BadSignature, MalformedToken, WrongFormat
-from . import Anatomy, Routes, refusal, usable
-from ._jose import DANGEROUS_MEMBERS, ExactHeader, decode_segment, split_compact
+from . import Anatomy, decode_segment
+from ._jose import DANGEROUS_MEMBERS, ExactHeader, JoseWire, split_compact
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -55,18 +55,9 @@ def _decrypt(cipher: AESGCM, associated: bytes, iv: str, ciphertext: str, tag: s
         raise BadSignature(TAG_MISMATCH) from None
 
 
-class JweWire:
+class JweWire(JoseWire[Route, "tuple[str, AESGCM, bytes]"]):
     confidential = True
-    associates = False
-
-    def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
-        self._routes_name = f"{name}-routes"
-        self._sealer_name = f"{name}-sealer"
-        # bound once, not once per call
-        self._build_routes = self._routes
-        self._build_sealer = self._sealer
+    header = HEADER
 
     def _sealer(self, key: Key) -> tuple[str, AESGCM, bytes]:
         """(header segment, cipher, associated data) of ``key``, built once per key."""
@@ -92,56 +83,37 @@ class JweWire:
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
         return segments
 
-    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, Route]:
-        """Each usable key's exact header segment -> the key, its cipher and the associated data
-        (the segment's ASCII, RFC 7516 section 5.1)."""
-        routes: dict[str, Route] = {}
-        for key in usable(keys, self.alg):
-            segment = HEADER.encode(key.kid)
-            routes[segment] = (key, key.prepared(self.alg, AESGCM), segment.encode("ascii"))
-        return Routes(routes, keys)
+    def _route_of(self, key: Key) -> Route:
+        """A route: the key, its cipher and the associated data of its tokens (the header
+        segment's ASCII, RFC 7516 section 5.1)."""
+        return key, key.prepared(self.alg, AESGCM), HEADER.encode(key.kid).encode("ascii")
 
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         segments = token.split(".")
         if len(segments) != 5:
             raise WrongFormat("not a jwe token (five segments, the first a JOSE header)")
         header, encrypted_key, iv, ciphertext, tag = segments
-        routes = keyset.derived(self._routes_name, self._build_routes)
-        route = routes.usable.get(header)
-        if route is None:  # a foreign header, an unknown or retired key: the precise refusal
-            raise refusal(routes.by_kid, HEADER.kid_of(header), self.alg)
+        key, cipher, associated_data = self._route(keyset, header)
         if encrypted_key:
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
-        key, cipher, associated_data = route
         return key, _decrypt(cipher, associated_data, iv, ciphertext, tag)
 
     def anatomy(self, token: str) -> Anatomy:
         header, _key, iv, ciphertext, tag = self._split(token)
         kid = HEADER.kid_of(header)
         size = len(decode_segment(ciphertext, "jwe ciphertext"))
-        return Anatomy(
-            format=self.name,
-            kid=kid,
-            segments=(
-                ("header", header),
-                (".", "."),
-                ("encrypted key (empty)", ""),
-                (".", "."),
-                ("iv", iv),
-                (".", "."),
-                ("ciphertext", ciphertext),
-                (".", "."),
-                ("tag", tag),
-            ),
-            fields=(
-                ("key id", kid),
-                ("iv", decode_segment(iv, "jwe iv").hex()),
-                ("ciphertext", f"{size} bytes (A256GCM)"),
-                ("tag", decode_segment(tag, "jwe tag").hex()),
-            ),
-            confidential=True,
-            header={"alg": "dir", "enc": "A256GCM", "kid": kid, "typ": "mrtr-state+jwt"},
+        labelled = (
+            ("encrypted key (empty)", ""),
+            ("iv", iv),
+            ("ciphertext", ciphertext),
+            ("tag", tag),
         )
+        fields = (
+            ("iv", decode_segment(iv, "jwe iv").hex()),
+            ("ciphertext", f"{size} bytes (A256GCM)"),
+            ("tag", decode_segment(tag, "jwe tag").hex()),
+        )
+        return self._anatomy(header, kid, labelled, fields)
 
 
 def decrypt_compact(

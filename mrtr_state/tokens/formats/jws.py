@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from ..._encoding import b64url_encode, compare_digest
 from ..._primitives import Keyed, hmac_key
 from ...errors import BadSignature, MalformedToken, WrongFormat
-from . import Anatomy, Routes, refusal, usable
-from ._jose import ExactHeader, decode_segment, split_compact
+from . import Anatomy, decode_segment
+from ._jose import ExactHeader, JoseWire, split_compact
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -27,25 +27,20 @@ HEADER = ExactHeader("jws", (("alg", "HS256"),))
 _STRUCTURE = "not a jws token (three segments, the first a JOSE header)"
 
 
-class JwsWire:
+class JwsWire(JoseWire["tuple[Key, Keyed]", "tuple[str, Keyed]"]):
     confidential = False
-    associates = False
+    header = HEADER
 
-    def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
-        self._routes_name = f"{name}-routes"
-        self._signer_name = f"{name}-signer"
-        # bound once, not once per call
-        self._build_routes = self._routes
-        self._build_signer = self._signer
+    def _route_of(self, key: Key) -> tuple[Key, Keyed]:
+        """A route: the key and its keyed HMAC state."""
+        return key, key.prepared(self.alg, hmac_key)
 
-    def _signer(self, key: Key) -> tuple[str, Keyed]:
+    def _sealer(self, key: Key) -> tuple[str, Keyed]:
         """(header segment and its dot, keyed HMAC state) of ``key``, built once per key."""
         return HEADER.encode(key.kid) + ".", key.prepared(self.alg, hmac_key)
 
     def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
-        header, keyed = key.derived(self._signer_name, self._build_signer)
+        header, keyed = key.derived(self._sealer_name, self._build_sealer)
         signing_input = header + b64url_encode(plaintext)
         state = keyed.copy()
         state.update(signing_input.encode("ascii"))
@@ -56,26 +51,12 @@ class JwsWire:
             raise WrongFormat(_STRUCTURE)
         return split_compact(token, 3, "jws")
 
-    def _routes(self, keys: tuple[Key, ...]) -> Routes[str, tuple[Key, Keyed]]:
-        """Each usable key's exact header segment -> the key and its keyed HMAC state."""
-        return Routes(
-            {
-                HEADER.encode(key.kid): (key, key.prepared(self.alg, hmac_key))
-                for key in usable(keys, self.alg)
-            },
-            keys,
-        )
-
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         signing_input, _dot, signature = token.rpartition(".")
         header, dot, payload = signing_input.partition(".")
         if not (dot and "." not in payload and header.startswith("eyJ")):
             raise WrongFormat(_STRUCTURE)
-        routes = keyset.derived(self._routes_name, self._build_routes)
-        route = routes.usable.get(header)
-        if route is None:  # a foreign header, an unknown or retired key: the precise refusal
-            raise refusal(routes.by_kid, HEADER.kid_of(header), self.alg)
-        key, keyed = route
+        key, keyed = self._route(keyset, header)
         mac = decode_segment(signature, "jws signature")
         if len(mac) != 32:
             raise MalformedToken(f"jws signature is {len(mac)} bytes, HS256 makes 32")
@@ -90,22 +71,13 @@ class JwsWire:
         kid = HEADER.kid_of(header)
         readable = decode_segment(payload, "jws payload")
         mac = decode_segment(signature, "jws signature")
-        return Anatomy(
-            format=self.name,
-            kid=kid,
-            segments=(
-                ("header", header),
-                (".", "."),
-                ("payload", payload),
-                (".", "."),
-                ("signature", signature),
-            ),
-            fields=(
-                ("key id", kid),
+        return self._anatomy(
+            header,
+            kid,
+            (("payload", payload), ("signature", signature)),
+            (
                 ("payload", f"{len(readable)} bytes, readable by anyone"),
                 ("signature", f"HMAC-SHA256, {len(mac)} bytes"),
             ),
-            confidential=False,
-            header={"alg": "HS256", "kid": kid, "typ": "mrtr-state+jwt"},
-            readable=readable,
+            readable,
         )

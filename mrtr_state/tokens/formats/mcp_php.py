@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._encoding import EncodingError, b64url_decode, b64url_encode, compare_digest
+from ..._encoding import b64url_encode
 from ..._primitives import Keyed, hmac_key
 from ...errors import BadSignature, MalformedToken
-from . import Anatomy, candidates, no_keys
+from . import Anatomy, KeylessWire, decode_segment, mac_signer
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -25,28 +25,11 @@ if TYPE_CHECKING:
 __all__ = ["PhpWire"]
 
 
-def _decode(segment: str, what: str) -> bytes:
-    try:
-        return b64url_decode(segment)
-    except EncodingError as err:
-        raise MalformedToken(f"{what}: {err}") from None
-
-
-class PhpWire:
+class PhpWire(KeylessWire["Keyed"]):
     confidential = False
-    associates = False
-
-    def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
-        self._candidates_name = f"{name}-candidates"
-        self._build_candidates = self._candidates  # bound once, not once per call
 
     def _keyed(self, key: Key) -> tuple[Key, Keyed]:
         return key, key.prepared(self.alg, hmac_key)
-
-    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
-        return candidates(keys, self.alg, self._keyed)
 
     def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         body = b64url_encode(plaintext)
@@ -66,31 +49,12 @@ class PhpWire:
         body, mac_text = self._split(token)
         # keys first: of two formats of this shape, the one the keyset holds no key of says
         # only that, and a malformed MAC is named by the format whose keys would have read it
-        tried = keyset.derived(self._candidates_name, self._build_candidates)
-        if not tried:
-            raise no_keys(self.alg)
-        mac = _decode(mac_text, f"{self.name} MAC")
-        signed = body.encode("ascii")
-        for key, keyed in tried:
-            state = keyed.copy()
-            state.update(signed)
-            if compare_digest(state.finalize(), mac):
-                return key, _decode(body, f"{self.name} body")
-        raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+        tried = self._tried(keyset)
+        key = mac_signer(tried, body.encode("ascii"), decode_segment(mac_text, f"{self.name} MAC"))
+        if key is None:
+            raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
+        return key, decode_segment(body, f"{self.name} body")
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
-        readable = _decode(body, f"{self.name} body")
-        _decode(mac, f"{self.name} MAC")
-        return Anatomy(
-            format=self.name,
-            kid="",
-            segments=(("body", body), (".", "."), ("MAC", mac)),
-            fields=(
-                ("key id", f"none ({self.name} tokens carry no key id)"),
-                ("body", f"{len(readable)} bytes, readable by anyone"),
-                ("MAC", "HMAC-SHA256 of the body text under the raw SDK key"),
-            ),
-            confidential=False,
-            readable=readable,
-        )
+        return self._signed_anatomy((), body, mac, "of the body text under the raw SDK key")

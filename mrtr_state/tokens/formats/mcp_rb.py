@@ -19,7 +19,7 @@ from ..._encoding import EncodingError, b64url_decode, b64url_encode
 from ..._entropy import random_bytes
 from ..._primitives import AESGCM, InvalidTag
 from ...errors import BadSignature, MalformedToken
-from . import Anatomy, candidates, no_keys
+from . import Anatomy, KeylessWire
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -32,21 +32,11 @@ _AAD = b"v1."
 _IV, _TAG = 12, 16
 
 
-class RubyWire:
+class RubyWire(KeylessWire[AESGCM]):
     confidential = True
-    associates = False
 
-    def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
-        self._candidates_name = f"{name}-candidates"
-        self._build_candidates = self._candidates  # bound once, not once per call
-
-    def _cipher_of(self, key: Key) -> tuple[Key, AESGCM]:
+    def _keyed(self, key: Key) -> tuple[Key, AESGCM]:
         return key, key.prepared(self.alg, AESGCM)
-
-    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, AESGCM]]:
-        return candidates(keys, self.alg, self._cipher_of)
 
     def seal(self, key: Key, plaintext: bytes, nonce: bytes = b"", associated: bytes = b"") -> str:
         iv = nonce or random_bytes(_IV)
@@ -66,9 +56,7 @@ class RubyWire:
 
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         raw = self._blob(token)
-        tried = keyset.derived(self._candidates_name, self._build_candidates)
-        if not tried:
-            raise no_keys(self.alg)
+        tried = self._tried(keyset)
         iv, sealed = raw[:_IV], raw[_IV:]
         for key, cipher in tried:
             try:
@@ -92,7 +80,7 @@ class RubyWire:
             kid="",
             segments=segments,
             fields=(
-                ("key id", f"none ({self.name} tokens carry no key id)"),
+                self.no_kid(),
                 ("iv", raw[:_IV].hex()),
                 ("ciphertext", f"{len(raw) - _IV - _TAG} bytes (AES-256-GCM, the raw key)"),
                 ("tag", raw[-_TAG:].hex()),

@@ -20,18 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._encoding import (
-    EncodingError,
-    b64url_decode,
-    b64url_encode,
-    compare_digest,
-    encode_wire,
-    json_loads,
-)
+from ..._encoding import EncodingError, b64url_encode, encode_wire, json_loads
 from ..._primitives import Keyed, hmac_key
 from ...errors import BadSignature, KeyRetired, MalformedToken, UnknownKey
 from ...keys.derivation import mcp_rs2_kid
-from . import Anatomy, Routes, candidates, no_keys, usable
+from . import Anatomy, KeylessWire, Routes, decode_segment, mac_signer, usable
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -56,16 +49,9 @@ def mac_input(domain: bytes, associated: bytes, body: bytes, sdk_kid: bytes | No
     return domain + kid_part + _u64(len(associated)) + associated + body
 
 
-def _decode(segment: str, what: str) -> bytes:
-    try:
-        return b64url_decode(segment)
-    except EncodingError as err:
-        raise MalformedToken(f"{what}: {err}") from None
-
-
-class RmcpWire:
-    """rmcp's HMAC wire, ``rs1`` (this class) or, with key ids, ``rs2`` (:mod:`.mcp_rs2`);
-    see the module docstring."""
+class RmcpWire(KeylessWire["Keyed"]):
+    """rmcp's HMAC wire, ``rs1`` (this class: no key id, its keys tried) or, with key ids,
+    ``rs2`` (:mod:`.mcp_rs2`); see the module docstring."""
 
     confidential = False
     #: the tag covers associated data the verifier states (the facade passes the bind value)
@@ -73,8 +59,7 @@ class RmcpWire:
     version = "rs1"
 
     def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
+        super().__init__(name, alg)
         self._keyring = self.version == "rs2"
         self._prefix = self.version + "."
         self._sections = 4 if self._keyring else 3
@@ -83,10 +68,7 @@ class RmcpWire:
             "rs2.KID.BODY.TAG (rmcp's keyring)" if self._keyring else "rs1.BODY.TAG (rmcp)"
         )
         self._routes_name = f"{name}-routes"
-        self._candidates_name = f"{name}-candidates"
-        # bound once, not once per call
-        self._build_routes = self._routes
-        self._build_candidates = self._candidates
+        self._build_routes = self._routes  # bound once, not once per call
 
     # --- keys ------------------------------------------------------------------------------
 
@@ -102,10 +84,6 @@ class RmcpWire:
             assert key.sdk_kid is not None  # (of_alg holds none without one)
             routes[key.sdk_kid] = self._keyed(key)
         return Routes(routes, of_alg)
-
-    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
-        """rs1: the usable keys, primary first (the tokens carry no key id)."""
-        return candidates(keys, self.alg, self._keyed)
 
     # --- seal and open ---------------------------------------------------------------------
 
@@ -135,7 +113,7 @@ class RmcpWire:
         """rs2: the key id a token names: 1-255 bytes of UTF-8, else refused before any key."""
         if len(segment) > _KID_SEGMENT_MAX:
             raise MalformedToken(f"{self.name} key id is longer than 255 bytes")
-        raw = _decode(segment, f"{self.name} key id")
+        raw = decode_segment(segment, f"{self.name} key id")
         try:
             kid = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -161,23 +139,19 @@ class RmcpWire:
         sections = self._split(token)
         if self._keyring:
             kid = self._kid(sections[1])
-            body = _decode(sections[2], f"{self.name} body")
-            tag = _decode(sections[3], f"{self.name} tag")
+            body = decode_segment(sections[2], f"{self.name} body")
+            tag = decode_segment(sections[3], f"{self.name} tag")
             tried = [self._keyring_key(keyset, kid)]
             signed = mac_input(self._domain, associated, body, kid.encode("utf-8"))
         else:
-            body = _decode(sections[1], f"{self.name} body")
-            tag = _decode(sections[2], f"{self.name} tag")
-            tried = keyset.derived(self._candidates_name, self._build_candidates)
-            if not tried:
-                raise no_keys(self.alg)
+            body = decode_segment(sections[1], f"{self.name} body")
+            tag = decode_segment(sections[2], f"{self.name} tag")
+            tried = self._tried(keyset)
             signed = mac_input(self._domain, associated, body)
-        for key, keyed in tried:
-            state = keyed.copy()
-            state.update(signed)
-            # a tag of another length never matches (rmcp: an integrity failure, as here)
-            if compare_digest(state.finalize(), tag):
-                return key, body
+        # a tag of another length never matches (rmcp: an integrity failure, as here)
+        key = mac_signer(tried, signed, tag)
+        if key is not None:
+            return key, body
         raise BadSignature(
             "signature mismatch: tampered, forged, another key, or other associated data "
             "(the server's binding, stated as the bind value)"
@@ -186,11 +160,11 @@ class RmcpWire:
     def anatomy(self, token: str) -> Anatomy:
         sections = self._split(token)
         kid = self._kid(sections[1]) if self._keyring else ""
-        body = _decode(sections[-2], f"{self.name} body")
-        tag = _decode(sections[-1], f"{self.name} tag")
+        body = decode_segment(sections[-2], f"{self.name} body")
+        tag = decode_segment(sections[-1], f"{self.name} tag")
         expiry = int.from_bytes(body[:8], "big", signed=True) if len(body) >= 8 else None
         fields: tuple[tuple[str, str], ...] = (
-            ("key id", repr(kid) if kid else "none (rs1 tokens carry no key id)"),
+            ("key id", repr(kid)) if kid else self.no_kid(),
             ("expiry", _expiry_text(expiry)),
             ("payload", f"{max(len(body) - 8, 0)} bytes, readable by anyone"),
             ("tag", f"{len(tag)} bytes, HMAC-SHA256 over the body and associated data"),

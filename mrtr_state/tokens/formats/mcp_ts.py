@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._encoding import b64url_encode, compare_digest
+from ..._encoding import b64url_encode
 from ..._primitives import Keyed, hmac_key, hmac_sha256
 from ...errors import BadSignature, MalformedToken, WrongFormat
-from . import Anatomy, candidates, no_keys
-from ._jose import decode_segment, split_compact
+from . import Anatomy, KeylessWire, decode_segment, mac_signer
+from ._jose import split_compact
 
 if TYPE_CHECKING:
     from ...keys.key import Key
@@ -27,15 +27,11 @@ PREFIX = "v1."
 _BODY = len(PREFIX)  # where the body starts
 
 
-class McpTsWire:
+class McpTsWire(KeylessWire["Keyed"]):
     confidential = False
-    associates = False
 
     def __init__(self, name: str, alg: str) -> None:
-        self.name = name
-        self.alg = alg
-        self._candidates_name = f"{name}-candidates"
-        self._build_candidates = self._candidates  # bound once, not once per call
+        super().__init__(name, alg)
         self._layout = f"not an {name} token (v1.BODY.MAC)"
         self._mac_what, self._body_what = f"{name} MAC", f"{name} body"
 
@@ -53,11 +49,6 @@ class McpTsWire:
     def _keyed(self, key: Key) -> tuple[Key, Keyed]:
         return key, key.prepared(self.alg, hmac_key)
 
-    def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, Keyed]]:
-        """The usable keys with their keyed HMAC states, primary first (tokens carry no key
-        id: see DESIGN)."""
-        return candidates(keys, self.alg, self._keyed)
-
     def open(self, keyset: Keyset, token: str, associated: bytes = b"") -> tuple[Key, bytes]:
         signed, _dot, mac_text = token.rpartition(".")
         if not (signed.startswith(PREFIX) and signed.find(".", _BODY) < 0):
@@ -65,37 +56,11 @@ class McpTsWire:
         mac = decode_segment(mac_text, self._mac_what)
         if len(mac) != 32:
             raise MalformedToken(f"{self.name} MAC is {len(mac)} bytes, HMAC-SHA256 makes 32")
-        tried = keyset.derived(self._candidates_name, self._build_candidates)
-        if not tried:
-            raise no_keys(self.alg)
-        key = _signer(tried, signed.encode("ascii"), mac)
+        key = mac_signer(self._tried(keyset), signed.encode("ascii"), mac)
         if key is None:
             raise BadSignature("signature mismatch (tampered, truncated, forged or another key)")
         return key, decode_segment(signed[_BODY:], self._body_what)
 
     def anatomy(self, token: str) -> Anatomy:
         body, mac = self._split(token)
-        readable = decode_segment(body, f"{self.name} body")
-        decode_segment(mac, f"{self.name} MAC")
-        return Anatomy(
-            format=self.name,
-            kid="",
-            segments=(("prefix", PREFIX), ("body", body), (".", "."), ("MAC", mac)),
-            fields=(
-                ("key id", f"none ({self.name} tokens carry no key id)"),
-                ("body", f"{len(readable)} bytes, readable by anyone"),
-                ("MAC", "HMAC-SHA256 under the raw SDK secret"),
-            ),
-            confidential=False,
-            readable=readable,
-        )
-
-
-def _signer(candidates: list[tuple[Key, Keyed]], signed: bytes, mac: bytes) -> Key | None:
-    """The candidate key whose HMAC of ``signed`` is ``mac`` (compared in constant time)."""
-    for key, keyed in candidates:
-        state = keyed.copy()
-        state.update(signed)
-        if compare_digest(state.finalize(), mac):
-            return key
-    return None
+        return self._signed_anatomy((("prefix", PREFIX),), body, mac, "under the raw SDK secret")
