@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import mrtr_state as ms
+from mrtr_state.state.blocking import run_blocking
+from mrtr_state.state.redis.client import Router, connect
+from mrtr_state.state.redis.url import parse_url
 from mrtr_state.state.replay import MemoryStore, RedisStore, SqliteStore
 
 HERE = Path(__file__).resolve().parent
@@ -74,9 +77,12 @@ def store_rates(redis_url: str | None) -> dict[str, dict[str, float]]:
                 "memory": MemoryStore(),
                 "sqlite": SqliteStore(Path(folder) / f"replay-{live}.db"),
             }
+            bare: Router | None = None
             if redis_url is not None:
                 stores["redis"] = RedisStore(redis_url)
-                stores["redis"]._client.flushdb()
+                # the store's own client, for the floor below: the same path, one bare command
+                bare = connect(parse_url(redis_url), timeout=5.0)
+                _command(bare, b"", "FLUSHDB")
             for store in stores.values():
                 _prefill(store, live, now)
             best: dict[str, float] = {}
@@ -95,11 +101,17 @@ def store_rates(redis_url: str | None) -> dict[str, dict[str, float]]:
                     best["sqlite bare INSERT"] = max(
                         best.get("sqlite bare INSERT", 0.0), _bare_insert(folder, round_number)
                     )
-                if redis_url is not None and live == 0:
-                    client = stores["redis"]._client
+                if bare is not None and live == 0:
                     rate = _rate(
-                        lambda n, c=client, t=round_number: c.set(
-                            f"bare:{t}-{n}", b"1", nx=True, px=600_000
+                        lambda n, c=bare, t=round_number: _command(
+                            c,
+                            f"bare:{t}-{n}".encode(),
+                            "SET",
+                            f"bare:{t}-{n}",
+                            b"1",
+                            "NX",
+                            "PX",
+                            600_000,
                         ),
                         BATCH // 4,
                     )
@@ -108,7 +120,18 @@ def store_rates(redis_url: str | None) -> dict[str, dict[str, float]]:
                 rates.setdefault(name, {})[str(live)] = rate
             for store in stores.values():
                 store.close()
+            if bare is not None:
+                bare.close()
     return rates
+
+
+def _command(router: Router, key: bytes, *args: Any) -> Any:
+    """One command on the package's own client, from blocking code, as the store runs its own."""
+
+    async def call() -> Any:
+        return await router.call(key, *args)
+
+    return run_blocking(call(), 5.0)
 
 
 def _bare_insert(folder: str, round_number: int) -> float:

@@ -57,10 +57,11 @@ _WHERE = {
 }
 
 
-#: The package's modules, reached as attributes (``ms.keys``): the wings, and the modules of
-#: 0.1.0 under their old names, which now warn and name their new place.
+#: The package's modules, reached as attributes (``ms.keys``): the wings; 0.1.0's modules kept
+#: as files that warn per name (``ms.mcp``); and 0.1.0's other modules under their old names,
+#: which warn and hand on their new place (``ms.keyset``: :mod:`mrtr_state.keys.keyset`).
 _WINGS = frozenset({"audit", "cli", "config", "errors", "keys", "probe", "proxy", "sdk", "state"})
-_WINGS = _WINGS | {"tokens"}
+_WINGS = _WINGS | {"tokens", "mcp", "replay", "sdk_codec", "server_state"}
 _MOVED_MODULES = {
     "binding": "tokens.binding",
     "claims": "tokens.claims",
@@ -78,12 +79,8 @@ _MOVED_MODULES = {
     "keyset_watch": "keys.watch",
     "keytable": "keys.key",
     "lifecycle": "keys.lifecycle",
-    "mcp": "sdk.mcp",
     "policy": "tokens.policy",
     "registry": "tokens.registry",
-    "replay": "state.replay",
-    "sdk_codec": "sdk.codec",
-    "server_state": "state.handles",
 }
 
 
@@ -108,6 +105,67 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
+
+
+class _MovedModules:
+    """Imports 0.1.0's module paths (``import mrtr_state.keyset``, ``from mrtr_state.formats.jws
+    import JwsWire``) as deprecated aliases: a module of the old name whose every name is handed
+    on from the new module with a ``DeprecationWarning`` naming it. First on ``sys.meta_path``,
+    and only for those paths, so that no module is ever loaded twice under two names."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:
+        head, _, rest = fullname.partition(".")
+        if head != __name__ or not rest:
+            return None
+        first, _, deeper = rest.partition(".")
+        moved = _MOVED_MODULES.get(first)
+        if moved is None:
+            return None
+        import importlib.util
+
+        home = f"{__name__}.{moved}" + (f".{deeper}" if deeper else "")
+        return importlib.util.spec_from_loader(fullname, _MovedModuleLoader(home))  # type: ignore[arg-type]
+
+
+class _MovedModuleLoader:
+    def __init__(self, home: str) -> None:
+        self.home = home
+
+    def create_module(self, spec: Any) -> Any:
+        import importlib
+        import types
+
+        home = importlib.import_module(self.home)  # ImportError: no such module there either
+        alias = types.ModuleType(spec.name, f"Deprecated since 0.2.0: {self.home}.")
+        if hasattr(home, "__path__"):
+            alias.__path__ = []  # its submodules: found here too
+        if hasattr(home, "__all__"):
+            vars(alias)["__all__"] = list(home.__all__)  # (star imports: each name warns)
+        getattr_, dir_ = _moved(spec.name, dict.fromkeys(_public(home), self.home))
+        alias.__getattr__ = getattr_  # type: ignore[method-assign]
+        alias.__dir__ = dir_  # type: ignore[method-assign]
+        return alias
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+def _public(module: Any) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [name for name in vars(module) if not name.startswith("__")]
+    return list(names)
+
+
+def _install_moved_modules() -> None:
+    import sys
+
+    if not any(isinstance(finder, type) and finder is _MovedModules for finder in sys.meta_path):
+        sys.meta_path.insert(0, _MovedModules)
+
+
+_install_moved_modules()
 
 
 def _moved(module: str, homes: dict[str, str]) -> tuple[Any, Any]:

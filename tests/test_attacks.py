@@ -356,6 +356,22 @@ def test_wrong_context_retired_key_and_exact_expiry(everything: ms.Keyset, fmt: 
         ms.verify(everything.replace_key(key, status="retired"), token, now=NOW, **right)
 
 
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_a_token_of_a_retired_key_is_refused_as_retired(everything: ms.Keyset, fmt: str) -> None:
+    """Every format, its key retired: refused as retired, also where tokens name no key (their
+    format's keys are all retired) and where another format shares the shape (mcp-rb's tokens
+    go to the mcp-py keys by an id first, and find none)."""
+    token = token_of(everything, fmt)
+    retired = everything.replace_key(everything.primary(format_named(fmt).alg), status="retired")
+    with pytest.raises(ms.InvalidToken) as refused:
+        verify_any(retired, token, fmt)
+    if fmt in ("mcp-py", "mcp-php", "mcp-java"):  # a peer's key tried it too: a bad tag, and why
+        assert isinstance(refused.value, ms.BadSignature | ms.KeyRetired), refused.value
+        assert "retired" in str(refused.value)
+    else:
+        assert isinstance(refused.value, ms.KeyRetired), refused.value
+
+
 # --- property: nothing but our errors ------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -143,6 +144,66 @@ def test_a_moved_module_reached_as_an_attribute_warns_too() -> None:
     assert module.Keyset is ms.Keyset
     with pytest.raises(AttributeError):
         ms.nothing_here  # noqa: B018
+
+
+#: 0.1.0's other modules (besides the four kept as files) and where each went.
+MOVED_MODULES = {
+    "binding": "tokens.binding",
+    "claims": "tokens.claims",
+    "encrypted_keyset": "keys.encryption",
+    "envelopes": "tokens.envelopes",
+    "formats": "tokens.formats",
+    "formats.jws": "tokens.formats.jws",
+    "handle_store": "state.handle_store",
+    "handles": "state.records",
+    "inspection": "tokens.inspection",
+    "kek": "keys.kek",
+    "kek.passphrase": "keys.kek.passphrase",
+    "key_derivation": "keys.derivation",
+    "keyfile": "keys.file",
+    "keyset": "keys.keyset",
+    "keyset_store": "keys.store",
+    "keyset_watch": "keys.watch",
+    "keytable": "keys.key",
+    "lifecycle": "keys.lifecycle",
+    "policy": "tokens.policy",
+    "registry": "tokens.registry",
+}
+
+
+@pytest.mark.parametrize(("old", "new"), MOVED_MODULES.items())
+def test_a_moved_module_imports_by_its_0_1_0_path_and_warns_per_name(old: str, new: str) -> None:
+    """``from mrtr_state.keyset import Keyset`` (0.1.0's docs) still works: each name is the
+    one of its new module (never a second copy of it), with a warning naming that module."""
+    home = importlib.import_module(f"mrtr_state.{new}")
+    alias = importlib.import_module(f"mrtr_state.{old}")
+    assert alias is not home
+    names = getattr(home, "__all__", None) or [n for n in vars(home) if not n.startswith("_")]
+    said = rf"mrtr_state\.{re.escape(old)}\.(\w+) .*mrtr_state\.{re.escape(new)}$"
+    for name in names:
+        with pytest.warns(DeprecationWarning, match=said.replace(r"(\w+)", name)):
+            assert getattr(alias, name) is getattr(home, name)
+    copies = [m for m in sys.modules.values() if getattr(m, "__file__", 0) == home.__file__]
+    assert copies == [home]
+
+
+def test_the_0_1_0_modules_kept_as_files_are_what_an_attribute_reaches() -> None:
+    """``ms.server_state`` and ``ms.mcp`` are the alias modules (their names are 0.1.0's), not
+    where most of those names went."""
+    with pytest.warns(DeprecationWarning, match=r"mrtr_state\.server_state\.HandleCodec"):
+        assert (
+            ms.server_state.HandleCodec
+            is importlib.import_module("mrtr_state.sdk.codec").HandleCodec
+        )
+    with pytest.warns(DeprecationWarning, match=r"mrtr_state\.mcp\.KeysetCodec"):
+        assert ms.mcp.KeysetCodec is importlib.import_module("mrtr_state.sdk.codec").KeysetCodec
+
+
+def test_a_path_that_never_was_is_still_no_module() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("mrtr_state.keyset.nothing_here")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("mrtr_state.no_such_module")
 
 
 def test_the_old_paths_work_as_0_1_0_code_used_them() -> None:

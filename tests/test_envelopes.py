@@ -395,6 +395,8 @@ CASES: list[Callable[[], object]] = [
     _verify("mcp-py", _sdk(iat=NOW - 120.0, exp=NOW - 60.0), **REQUEST),
     _verify("mcp-py", _sdk(exp=NOW + 10.0**6), **REQUEST),
     _verify("mcp-py", _sdk(exp="soon"), **REQUEST),
+    _verify("mcp-py", _sdk(iat=None), **REQUEST),
+    _verify("mcp-py", _sdk(v=True), **REQUEST),
     _verify("mcp-py", _sdk()),
     _verify("mcp-py", _sdk(t="other"), **REQUEST),
     _verify("mcp-py", _sdk(), **REQUEST, audience="fleet"),

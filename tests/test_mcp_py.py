@@ -138,9 +138,15 @@ def test_sdk_numbers_must_be_real_numbers() -> None:
 
     fmt = format_named("mcp-py")
     base = {"v": 1, "m": "tools/call", "t": "t", "a": ms.arguments_digest({}), "s": "x"}
-    for iat, exp in ((True, time.time() + 60), (time.time(), True), (time.time(), "9e9")):
+    # an expiry that is not a number is expired, as the SDK says; an issue time that is not
+    # one (the SDK takes True for 1) is not the SDK's claims
+    for iat, exp in ((time.time(), True), (time.time(), "9e9")):
         token = fmt.seal(key, json.dumps({**base, "iat": iat, "exp": exp}).encode())
         with pytest.raises(ms.TimeWindowError):
+            ms.verify(keyset, token, method="tools/call", target="t")
+    for odd in (True, "1", None):
+        token = fmt.seal(key, json.dumps({**base, "iat": odd, "exp": time.time() + 60}).encode())
+        with pytest.raises(ms.InvalidClaims, match="iat must be a number"):
             ms.verify(keyset, token, method="tools/call", target="t")
     nan = fmt.seal(key, json.dumps({**base, "iat": time.time(), "exp": float("nan")}).encode())
     with pytest.raises(ms.InvalidClaims):

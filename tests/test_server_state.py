@@ -193,6 +193,17 @@ def test_verify_refuses_another_retry_and_leaves_the_record(
     assert verify_handle(store, handle, once=True, now=NOW, **BOUND).state == "step=1"
 
 
+def test_verify_takes_a_binding_or_the_keywords_never_both() -> None:
+    store = MemoryHandleStore()
+    handle = filed_handle(store)
+    assert verify_handle(store, handle, expect=Binding(**BOUND), now=NOW).state == "step=1"
+    with pytest.raises(ValueError, match="not both"):  # the audience was dropped before
+        verify_handle(store, handle, expect=Binding(**BOUND), audience="/other", now=NOW)
+    with pytest.raises(TypeError, match=r"must be a mrtr_state\.Binding"):
+        verify_handle(store, handle, expect=BOUND, now=NOW)  # type: ignore[arg-type]
+    assert verify_handle(store, handle, once=True, now=NOW, **BOUND).state == "step=1"
+
+
 def test_verify_refuses_an_expired_record_and_what_is_no_handle() -> None:
     store = MemoryHandleStore()
     handle = filed_handle(store)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 import mrtr_state as ms
@@ -201,3 +204,41 @@ def test_a_request_is_bound_one_way_only(keyset: ms.Keyset) -> None:
         ms.verify(keyset, ms.mint(keyset, 1), request_id="r", method="tools/call", target="t")
     with pytest.raises(ValueError, match="aead tokens cannot carry a bind value"):
         ms.mint(keyset, 1, bind="x")
+
+
+def test_a_binding_cannot_be_changed_once_made() -> None:
+    """A value set afterwards would escape the checks and the kinds they record: a principal
+    set on an empty Binding would be dropped by every format that binds none."""
+    keyset = ms.Keyset.generate(now=NOW)
+    bound = ms.Binding()
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        bound.principal = "alice"
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        del bound.kinds
+    again = pickle.loads(pickle.dumps(ms.Binding(principal="alice", request_id="r")))
+    token = ms.mint(keyset, 1, now=NOW, principal="alice", request_id="r")
+    assert ms.verify(keyset, token, now=NOW, expect=again).state == 1
+    assert copy.deepcopy(again).kinds == again.kinds
+
+
+def test_the_inspect_binding_is_never_a_callers() -> None:
+    from mrtr_state.tokens.binding import UNCHECKED
+
+    keyset = ms.Keyset.generate(now=NOW)
+    token = ms.mint(keyset, 1, now=NOW, principal="alice")
+    with pytest.raises(ValueError, match="inspect's binding"):
+        ms.verify(keyset, token, now=NOW, expect=UNCHECKED)
+    with pytest.raises(ValueError, match="inspect's binding"):
+        ms.mint(keyset, 1, now=NOW, binding=UNCHECKED)
+
+
+def test_an_empty_target_is_a_request_mismatch_whatever_else_the_token_binds() -> None:
+    """mrtr-state's formats never bind an empty target (minting refuses it), so a token checked
+    against one is bound to another request: refused as such before or after the principal."""
+    keyset = ms.Keyset.generate(now=NOW)
+    with pytest.raises(ValueError, match="non-empty target"):
+        ms.mint(keyset, 1, now=NOW, method="tools/call", target="")
+    for principal in (None, "alice"):
+        token = ms.mint(keyset, 1, now=NOW, principal=principal, method="tools/call", target="x")
+        with pytest.raises(ms.RequestMismatch):
+            ms.verify(keyset, token, now=NOW, principal=principal, method="tools/call", target="")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._encoding import EncodingError, b64url_decode, b64url_encode
 from ..errors import InvalidClaims, UnknownHandle
-from ..tokens.binding import Binding, binding_of
+from ..tokens.binding import Binding, stated
 from ..tokens.claims import Claims, new_claims
 from ..tokens.policy import DEFAULT_POLICY, Policy
 from .backend import Opened, Sealed, blocking, finish
@@ -149,7 +149,7 @@ def verify_handle(
     :class:`~mrtr_state.errors.StateStoreError`. ``claims.state`` is the stored state (text);
     ``claims.sub`` is None (a handle's principal is shown only as a digest, as ``inspect`` does).
     """
-    binding = expect or binding_of(principal, request_id, audience, method, target, arguments, None)
+    binding = stated(expect, principal, request_id, audience, method, target, arguments, None)
     opened = read_handle(handle)
     key, lock = opened.key, lock_of(opened, binding)
     if once:

@@ -25,9 +25,11 @@ __all__ = [
     "PRINCIPAL",
     "REQUEST",
     "REQUEST_ID",
+    "UNCHECKED",
     "Binding",
     "binding_of",
     "check_text",
+    "stated",
 ]
 
 #: The kinds of binding a token may carry, as bits.
@@ -70,8 +72,10 @@ class Binding:
     (``expect=``) and a state backend (:mod:`mrtr_state.state`). Besides the values it holds
     ``kinds`` (the bits of those stated), ``rid`` (the request identifier mrtr-state's claims
     carry when one was stated as a string) and ``associated`` (the bind value as bytes).
-    Immutable in use; the request fingerprint and the SDK's arguments digest are worked out on
-    first use and kept (verifying an ``mcp-py`` token needs the digest but no fingerprint).
+    Immutable: a value set after it is made would escape the checks (and the kinds they
+    set), so setting one raises ``AttributeError``; make another. The request fingerprint and the
+    SDK's arguments digest are worked out on first use and kept (verifying an ``mcp-py`` token
+    needs the digest but no fingerprint).
     """
 
     __slots__ = (
@@ -116,20 +120,44 @@ class Binding:
         # made (and checked) by binding_of, the one constructor: no __init__ runs after it
         return binding_of(principal, request_id, audience, method, target, arguments, bind)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Binding cannot be changed (its {name}): make another")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Binding cannot be changed (its {name}): make another")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # copied and pickled as what was stated, made (and checked) again
+        return binding_of, (
+            self.principal,
+            self.request_id,
+            self.audience,
+            self.method,
+            self.target,
+            self.arguments,
+            self.bind,
+        )
+
     def fingerprint(self) -> str | None:
         """The request identifier of mrtr-state's claims: the caller's ``request_id``, or the
         fingerprint of method, target and arguments (see :func:`mrtr_state.request_id`)."""
         if self.rid is None and self.method is not None:
             if not self.target:
                 raise ValueError("a request fingerprint needs a method and a non-empty target")
-            self.rid = fingerprint(method=self.method, target=self.target, arguments=self.arguments)
+            _keep(
+                self,
+                "rid",
+                fingerprint(method=self.method, target=self.target, arguments=self.arguments),
+            )
         return self.rid
 
     def digest(self) -> str:
         """The MCP Python SDK's digest of the arguments (``{}`` when none were given)."""
-        if self._digest is None:
-            self._digest = arguments_digest({} if self.arguments is None else self.arguments)
-        return self._digest
+        digest = self._digest
+        if digest is None:
+            digest = arguments_digest({} if self.arguments is None else self.arguments)
+            _keep(self, "_digest", digest)
+        return digest
 
     def __repr__(self) -> str:
         shown = ", ".join(name for bit, name in KIND_NAMES.items() if self.kinds & bit)
@@ -187,7 +215,8 @@ def binding_of(
         elif not isinstance(bind, bytes):
             raise ValueError(f"bind must be text or bytes, not {type(bind).__name__}")
         kinds |= BIND
-    binding = _new(Binding)
+    # made as a layout twin that may be filled, then made a Binding
+    binding: Binding = _new(_Filling)  # type: ignore[assignment]
     binding.principal = principal
     binding.audience = audience
     binding.request_id = request_id
@@ -201,10 +230,43 @@ def binding_of(
     )
     binding.kinds = kinds
     binding._digest = None
+    binding.__class__ = Binding
     return binding
 
 
+class _Filling:
+    """A :class:`Binding` while :func:`binding_of` fills it: the same slots, and no refusal to
+    set them (a ``Binding``'s own ``__setattr__``, called once per value, would cost a verify
+    some 2%)."""
+
+    __slots__ = Binding.__slots__
+
+
 _new = object.__new__
+#: sets a value a Binding keeps once worked out (its fingerprint, its digest)
+_keep = object.__setattr__
+_UNSTATED = (None,) * 7
+
+
+#: The binding ``inspect`` hands an envelope's accepting path: shape and lifetime are checked,
+#: and the path returns before any binding (inspect is not told which principal or request to
+#: expect). Never a caller's: :func:`stated` refuses it.
+UNCHECKED = Binding()
+
+
+def stated(given: Binding | None, *values: Any) -> Binding:
+    """The :class:`Binding` a call states: built from its binding keywords (``values``, in
+    :func:`binding_of`'s order), or given whole, never both (the API's two spellings of one
+    binding: a call uses one)."""
+    if given is None:
+        return binding_of(*values)
+    if type(given) is not Binding:
+        raise TypeError(f"a binding must be a mrtr_state.Binding, not {type(given).__name__}")
+    if given is UNCHECKED:  # it would skip every binding check
+        raise ValueError("UNCHECKED is inspect's binding, never a caller's: state a Binding")
+    if values != _UNSTATED:  # (item by item, identity first)
+        raise ValueError("give a Binding or the binding keywords (principal=...), not both")
+    return given
 
 
 def _json_kind(value: Any) -> str:

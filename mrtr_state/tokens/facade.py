@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .._encoding import b64url_encode, encode_parsed
 from .._entropy import fresh
 from ..errors import WrongFormat
-from .binding import Binding, binding_of
+from .binding import Binding, binding_of, stated
 from .claims import Claims
 from .envelopes import refuse_to_mint
 from .inspection import Inspection, inspect
@@ -67,22 +67,6 @@ class Minted:
     @property
     def expires_at(self) -> float:
         return self.claims.exp
-
-
-def _stated(given: Binding | None, *values: Any) -> Binding:
-    """The :class:`Binding` a call states: built from its binding keywords (``values``, in
-    :func:`binding_of`'s order), or given whole, never both (the API's two spellings of one
-    binding: a call uses one)."""
-    if given is None:
-        return binding_of(*values)
-    if type(given) is not Binding:
-        raise TypeError(f"a binding must be a mrtr_state.Binding, not {type(given).__name__}")
-    if values != _UNSTATED:  # (item by item, identity first)
-        raise ValueError("give a Binding or the binding keywords (principal=...), not both")
-    return given
-
-
-_UNSTATED = (None,) * 7
 
 
 def _open(
@@ -170,7 +154,11 @@ def issue(
     bind: str | bytes | None = None,
 ) -> Minted:
     """Like :func:`mint`, but returns the token with its key id, format and claims."""
-    binding = _stated(binding, principal, request_id, audience, method, target, arguments, bind)
+    binding = (  # the keywords' path first: a call of its own would cost every verify
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if binding is None
+        else stated(binding, principal, request_id, audience, method, target, arguments, bind)
+    )
     token, key, fmt, claims = _mint(keyset, state, binding, ttl, format, now, policy)
     return Minted(
         token=token, kid=key.kid, format=fmt.name, claims=fmt.envelope.claims_of(claims, key.kid)
@@ -206,7 +194,11 @@ def mint(
     ``binding=Binding(...)`` states the same values as one object (:class:`Binding`), instead
     of the keywords; a call gives one or the other.
     """
-    binding = _stated(binding, principal, request_id, audience, method, target, arguments, bind)
+    binding = (  # the keywords' path first: a call of its own would cost every verify
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if binding is None
+        else stated(binding, principal, request_id, audience, method, target, arguments, bind)
+    )
     return _mint(keyset, state, binding, ttl, format, now, policy)[0]
 
 
@@ -243,7 +235,11 @@ def verify(
     ``expect=Binding(...)`` states the expected binding as one object (:class:`Binding`),
     instead of the keywords; a call gives one or the other.
     """
-    binding = _stated(expect, principal, request_id, audience, method, target, arguments, bind)
+    binding = (  # the keywords' path first: a call of its own would cost every verify
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if expect is None
+        else stated(expect, principal, request_id, audience, method, target, arguments, bind)
+    )
     return _verified(keyset, token, binding, format, now, policy, once, None)
 
 
@@ -295,7 +291,11 @@ def verify_for_output(
     rmcp payload that is not JSON is given as base64url (not JSON: the caller says so). A batch
     (``mrtr-state verify -``) so spends its time verifying, not re-encoding every state.
     """
-    binding = _stated(expect, principal, request_id, audience, method, target, arguments, bind)
+    binding = (  # the keywords' path first: a call of its own would cost every verify
+        binding_of(principal, request_id, audience, method, target, arguments, bind)
+        if expect is None
+        else stated(expect, principal, request_id, audience, method, target, arguments, bind)
+    )
     carried: list[str] = []
     claims = _verified(keyset, token, binding, format, now, policy, once, carried)
     if carried:

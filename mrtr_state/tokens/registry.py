@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import BadSignature, InvalidToken, MalformedToken, OversizedToken
+from ..errors import BadSignature, InvalidToken, KeyRetired, MalformedToken, OversizedToken
 from ..keys.derivation import (
     KidRule,
     hmac_key_as_used,
@@ -406,7 +406,9 @@ class Shape:
         if not any(isinstance(err, BadSignature) for _fmt, err in refused):
             # a format that had keys to try says more than one that had none (a Java token
             # whose MAC a key checked, but whose payload is padded, is malformed, not keyless)
+            # and one whose keys are all retired more than one that finds no key by an id
             keyed = [err for _fmt, err in refused if not _keyless(err)]
+            keyed.sort(key=lambda err: not isinstance(err, KeyRetired))
             raise keyed[0] if keyed else refused[0][1]
         raise BadSignature("; ".join(f"{fmt.name}: {err}" for fmt, err in refused))
 

@@ -41,6 +41,7 @@ from ..binding import (
     PRINCIPAL,
     REQUEST,
     REQUEST_ID,
+    UNCHECKED,
     Binding,
 )
 
@@ -83,10 +84,6 @@ Document = dict[str, Any]
 #: Where an accepting path puts the state's own JSON text, when it can be printed as is (None:
 #: the caller prints nothing).
 Carried = list[str] | None
-
-#: The binding ``inspect`` passes to an accepting path: shape and lifetime are checked, and the
-#: path returns before any binding (inspect is not told which principal or request to expect).
-UNCHECKED = Binding()
 
 
 class View:

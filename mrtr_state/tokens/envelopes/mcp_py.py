@@ -103,15 +103,20 @@ class McpPyEnvelope(RequestStateOnly):
         return _encode_envelope(document).encode("ascii"), document
 
     def checked(self, document: Document, plaintext: bytes, now: float, policy: Policy) -> None:
+        # the SDK's shape (its version, the state), then its lifetime (numbers, iat at most
+        # 60 s ahead, now < exp: stated as what accepts, so a NaN fails; the reader refuses
+        # what is not finite), then beyond the SDK exp - iat <= ttl_cap. Where the SDK takes
+        # True for the version 1, or fails on its comparison of an iat that is not a number,
+        # both are refused here as not its claims.
+        self._version_one(document)
         get = document.get
-        if get("v") != 1 or type(get("s")) is not str:
-            raise InvalidClaims(f"{self.what}: version must be 1 and the state a string")
-        # the SDK's lifetime (numbers, iat at most 60 s ahead, now < exp: stated as what
-        # accepts, so a NaN fails; the reader refuses what is not finite), then beyond the SDK
-        # exp - iat <= ttl_cap
+        if type(get("s")) is not str:
+            raise InvalidClaims(f"{self.what}: missing state (s must be a string)")
         iat: Any = get("iat")
         exp: Any = get("exp")
-        if not ((type(iat) is float or type(iat) is int) and iat <= now + FUTURE_SKEW):
+        if not (type(iat) is float or type(iat) is int):
+            raise InvalidClaims(f"{self.what}: iat must be a number")
+        if not iat <= now + FUTURE_SKEW:
             raise NotYetValid(f"not yet valid: minted in the future (iat {iat!r})")
         if not (type(exp) is float or type(exp) is int):
             raise ExpiredToken("expired: exp is not a number")

@@ -108,6 +108,16 @@ def _ago(seconds: float) -> str:
     return f"{whole // 3600} h"
 
 
+def _fingerprint(binding: Binding) -> str:
+    """The fingerprint of the request a verifier states; for one with an empty target, which
+    has none (no token of ours is minted for it), the empty string: it matches no claim, so
+    the token is refused as bound to another request, whichever binding is checked first."""
+    try:
+        return binding.fingerprint() or ""
+    except ValueError:
+        return ""
+
+
 def _same(stored: str, expected: str) -> bool:
     """Equal, compared in constant time (non-ASCII text as its UTF-8 bytes; a lone surrogate,
     which only a key holder could have written, equals nothing a verifier can state)."""
@@ -244,7 +254,7 @@ class OwnEnvelope:
                     raise unbound_mismatch("request", RequestMismatch)
             elif not kinds & _REQUESTS:
                 raise bound_mismatch("request", RequestMismatch)
-            elif not _same(rid, binding.rid or binding.fingerprint()):  # type: ignore[arg-type]
+            elif not _same(rid, binding.rid or _fingerprint(binding)):
                 raise RequestMismatch("request mismatch")
         if out is not None:
             shown = _carried_state(plaintext)

@@ -188,7 +188,10 @@ class KeylessWire(Generic[R]):
         self.name = name
         self.alg = alg
         self._candidates_name = f"{name}-candidates"
-        self._build_candidates = self._candidates  # bound once, not once per call
+        self._retired_name = f"{name}-retired"
+        # bound once, not once per call
+        self._build_candidates = self._candidates
+        self._build_retired = self._retired
 
     def _keyed(self, key: Key) -> tuple[Key, R]:
         raise NotImplementedError
@@ -196,11 +199,18 @@ class KeylessWire(Generic[R]):
     def _candidates(self, keys: tuple[Key, ...]) -> list[tuple[Key, R]]:
         return candidates(keys, self.alg, self._keyed)
 
+    def _retired(self, keys: tuple[Key, ...]) -> bool:
+        return any(key.alg == self.alg and key.status == "retired" for key in keys)
+
     def _tried(self, keyset: Keyset) -> list[tuple[Key, R]]:
-        """The keys to try on a token, primary first; none usable is refused, naming the
-        remedy."""
+        """The keys to try on a token, primary first. None usable is refused: as retired when
+        the keyset holds keys of the algorithm and every one is, else naming the remedy."""
         tried: list[tuple[Key, R]] = keyset.derived(self._candidates_name, self._build_candidates)
         if not tried:
+            if keyset.derived(self._retired_name, self._build_retired):
+                raise KeyRetired(
+                    f"every {self.alg} key is retired; its tokens are no longer accepted"
+                )
             raise no_keys(self.alg)
         return tried
 

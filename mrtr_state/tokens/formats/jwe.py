@@ -93,7 +93,10 @@ class JweWire(JoseWire[Route, "tuple[str, AESGCM, bytes]"]):
         if len(segments) != 5:
             raise WrongFormat("not a jwe token (five segments, the first a JOSE header)")
         header, encrypted_key, iv, ciphertext, tag = segments
-        key, cipher, associated_data = self._route(keyset, header)
+        route = keyset.derived(self._routes_name, self._build_routes).usable.get(header)
+        if route is None:
+            raise self._no_route(keyset, header)
+        key, cipher, associated_data = route
         if encrypted_key:
             raise MalformedToken("jwe encrypted key must be empty for alg dir")
         return key, _decrypt(cipher, associated_data, iv, ciphertext, tag)

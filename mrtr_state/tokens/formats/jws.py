@@ -56,7 +56,10 @@ class JwsWire(JoseWire["tuple[Key, Keyed]", "tuple[str, Keyed]"]):
         header, dot, payload = signing_input.partition(".")
         if not (dot and "." not in payload and header.startswith("eyJ")):
             raise WrongFormat(_STRUCTURE)
-        key, keyed = self._route(keyset, header)
+        route = keyset.derived(self._routes_name, self._build_routes).usable.get(header)
+        if route is None:
+            raise self._no_route(keyset, header)
+        key, keyed = route
         mac = decode_segment(signature, "jws signature")
         if len(mac) != 32:
             raise MalformedToken(f"jws signature is {len(mac)} bytes, HS256 makes 32")
