@@ -6,6 +6,7 @@ environment in its state; the retry deploys whatever environment the state names
 edits the state deploys elsewhere; behind the proxy it cannot.
 
     python examples/naive_upstream.py 8000      # then: mrtr-state proxy --upstream ...
+    mrtr-state probe http://127.0.0.1:8000/mcp --tool deploy --arguments '{"env": "prod"}'
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
 # --8<-- [end:answer]
 
 
+def greet(message: dict[str, Any]) -> dict[str, Any]:
+    """The ``initialize`` handshake, at the version the client asked for: enough for a client
+    (``mrtr-state probe`` among them) to reach ``deploy``."""
+    asked = (message.get("params") or {}).get("protocolVersion", "2025-06-18")
+    result = {
+        "protocolVersion": asked,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "naive-upstream", "version": "1.0"},
+    }
+    return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
@@ -51,10 +64,15 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body += event.get("body", b"")
         if not event.get("more_body"):
             break
-    reply = json.dumps(answer(json.loads(body))).encode()
+    message = json.loads(body)
+    if "id" not in message:  # a notification (notifications/initialized): accepted, no answer
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    reply = greet(message) if message.get("method") == "initialize" else answer(message)
     headers = [(b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": reply})
+    await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -98,7 +99,7 @@ def test_the_proxy_pages_sample_upstream_behind_the_proxy(tmp_path: Path) -> Non
     import socket
     import time
 
-    from .helpers import ProxyProcess, call, request, send_raw
+    from .helpers import ProxyProcess, call, request, run, send_raw
     from .servers import free_port
 
     keyset = tmp_path / "keyset.json"
@@ -129,6 +130,19 @@ def test_the_proxy_pages_sample_upstream_behind_the_proxy(tmp_path: Path) -> Non
             edited = call("deploy", 3, requestState=token, arguments={"env": "dev"})
             refused = send_raw(proxy.port, request(body=edited)).json()
             assert refused["error"]["code"] == -32602
+            # docs/proxy.md's probe of the same two: every high finding alone, none behind
+            probe = ("probe", "--tool", "deploy", "--arguments", '{"env": "prod"}', "--json")
+            alone = json.loads(
+                run(probe[0], f"http://127.0.0.1:{port}/mcp", *probe[1:], code=1).stdout
+            )
+            assert alone["server"]["name"] == "naive-upstream"
+            failed = {check["id"] for check in alone["checks"] if check["result"] == "fail"}
+            assert {"tamper-accepted", "forged-accepted", "cross-request-accepted"} <= failed
+            behind = json.loads(
+                run(probe[0], f"http://127.0.0.1:{proxy.port}/mcp", *probe[1:]).stdout
+            )
+            assert behind["format"] == "aead"
+            assert not [f for f in behind["findings"] if f["severity"] == "high"]
         finally:
             assert proxy.stop() == 0
     finally:

@@ -52,11 +52,11 @@ USAGE = {
     ),
     "header-without-colon": (
         ["http://127.0.0.1:1/mcp", *DEPLOY, "--header", "Authorization Bearer x"],
-        "--header: a header is written 'Name: value'",
+        "--header (the 1st given): a header is written 'Name: value'; this one has no colon",
     ),
     "other-bad-name": (
         ["http://127.0.0.1:1/mcp", *DEPLOY, "--other", "Bad Name: x"],
-        "--other: 'Bad Name' is not an HTTP header name",
+        "--other (the 1st given): the part before the colon is not an HTTP header name",
     ),
     "header-control": (
         ["http://127.0.0.1:1/mcp", *DEPLOY, "--header", "X-A: a\x01b"],
@@ -106,6 +106,34 @@ def test_headers_from_a_file_keep_credentials_off_the_command_line(tmp_path: Pat
     assert "cannot read --header file /nonexistent" in missing.stderr
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("X-Api-Key sk-s3cr3t-key", "this one has no colon"),
+        ("Authorization Bearer sk-s3cr3t-key: x", "is not an HTTP header name"),
+    ],
+)
+def test_a_header_that_cannot_be_read_is_named_by_place_never_printed(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    """A line that is not a header may still be a credential: the refusal says where it was
+    (the file and line, or which --header/--other value) and never any part of its text."""
+    headers = tmp_path / "b.headers"
+    headers.write_text(f"X-Tenant: one\n\n{line}\n")
+    url = "http://127.0.0.1:1/mcp"
+    for args, where in (
+        (["--header", f"@{headers}"], f"--header ({headers}, line 3)"),
+        (["--header", "X-A: 1", "--header", line], "--header (the 2nd given)"),
+        (["--other", line], "--other (the 1st given)"),
+    ):
+        for extra in ([], ["--json"], ["--dry-run"]):
+            done = run("probe", url, *DEPLOY, *args, *extra, code=2)
+            said = " ".join((done.stdout + done.stderr).split())
+            assert "s3cr3t" not in said
+            assert where in said and why in said, said
+            assert "its text is not shown" in said
+
+
 # --- servers that cannot be judged: exit 8 ------------------------------------------------------
 
 UNJUDGEABLE = {
@@ -141,6 +169,80 @@ def test_a_server_that_answers_garbage_hangs_or_hangs_up_is_exit_8(case: str) ->
 def test_an_unreachable_server_is_exit_8() -> None:
     done = run("probe", f"http://127.0.0.1:{free_port()}/mcp", *DEPLOY, code=8)
     assert "connection refused" in done.stderr
+
+
+def test_a_host_name_that_does_not_resolve_is_named_as_such() -> None:
+    """.invalid never resolves (RFC 6761): reported as the reason, not as a cut-off answer."""
+    done = run("probe", "http://no-such-host.invalid/mcp", *DEPLOY, "--timeout", "5s", code=8)
+    said = " ".join(done.stderr.split())
+    assert "cannot reach http://no-such-host.invalid/mcp: the host name does not resolve" in said
+    assert "cut off" not in said
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no trust store holds."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "probe test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def test_a_certificate_the_probe_cannot_trust_is_named_as_such(tmp_path: Path) -> None:
+    import contextlib
+    import socket
+    import ssl
+    import threading
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*_self_signed(tmp_path))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with listener:
+            conn, _ = listener.accept()
+            # the probe hangs up on our certificate, as it should
+            with conn, contextlib.suppress(ssl.SSLError, OSError):
+                context.wrap_socket(conn, server_side=True).close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    done = run("probe", f"https://127.0.0.1:{port}/mcp", *DEPLOY, "--json", code=8)
+    server.join(10)
+    message = json.loads(done.stdout)["error"]["message"]
+    assert f"cannot reach https://127.0.0.1:{port}/mcp: its TLS certificate was refused" in message
+    assert "self-signed" in message or "self signed" in message
 
 
 def test_a_tool_that_never_asks_for_input_is_exit_8() -> None:

@@ -57,7 +57,7 @@ SUMMARIES = {
     "replayed states, tried from outside.",
     "proxy": "Serve a reverse proxy that seals every requestState the upstream emits.",
     "rotate": "Advance key rotation by one safe step; made for cron.",
-    "seal": "Seal the bytes on stdin into a token (no claims).",
+    "seal": "Seal the bytes of FILE (or stdin) into a token (no claims).",
     "unseal": "Check TOKEN (or stdin) and write its sealed payload to stdout.",
     "verify": "Verify TOKEN (or each line of stdin); print its state.",
     "version": "Print the versions of mrtr-state, Python, cryptography and OpenSSL, and the git "

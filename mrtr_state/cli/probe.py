@@ -39,17 +39,29 @@ def _headers(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
     line, where other users and shell history see them)."""
     from .._cli_api import parse_header
 
-    lines: list[str] = []
-    for value in values:
+    lines: list[tuple[str, str]] = []  # (where it was given, the text)
+    for number, value in enumerate(values, 1):
         if value.startswith("@"):
             data = read_small_file(value[1:], MAX_HEADER_FILE, f"{option} file")
-            lines += [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+            for line_number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if line.strip():
+                    lines.append((f"{value[1:]}, line {line_number}", line))
         else:
-            lines.append(value)
-    try:
-        return [parse_header(line) for line in lines]
-    except ValueError as err:
-        raise click.UsageError(f"{option}: {err}") from None
+            lines.append((f"the {_ordinal(number)} given", value))
+    parsed: list[tuple[str, str]] = []
+    for where, line in lines:
+        try:
+            parsed.append(parse_header(line))
+        except ValueError as err:
+            raise click.UsageError(f"{option} ({where}): {err}") from None
+    return parsed
+
+
+def _ordinal(number: int) -> str:
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
 
 
 def _object(text: str | None, option: str) -> dict[str, Any] | None:

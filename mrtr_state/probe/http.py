@@ -152,6 +152,16 @@ class HttpTransport:
 
         with Deadline(timeout, cut) as deadline:
             try:
+                # reaching the server is judged apart from reading its answer, so a name that
+                # does not resolve or a certificate refused is not reported as a cut-off answer
+                try:
+                    connection.connect()
+                except OSError as err:
+                    # a name that did not resolve says so, however long the resolver took
+                    slow = isinstance(err, TimeoutError) or deadline.expired
+                    if slow and not isinstance(err, socket.gaierror):
+                        raise deadline.failure(what) from None
+                    raise ProbeFailed(f"cannot reach {self.target}: {_unreached(err)}") from None
                 connection.request(verb, self._path, body, self._fields(routing, other, bool(body)))
                 response = connection.getresponse()
                 return self._read(response, request_id, what)
@@ -161,8 +171,6 @@ class HttpTransport:
                 raise
             except TimeoutError:
                 raise deadline.failure(what) from None
-            except ConnectionRefusedError:
-                raise ProbeFailed(f"cannot reach {self.target}: connection refused") from None
             except (http.client.HTTPException, OSError, ValueError) as err:
                 if deadline.expired:
                     raise deadline.failure(what) from None
@@ -200,6 +208,19 @@ class HttpTransport:
                 f"{shorten(text) or 'an empty body'}"
             )
         return Reply(message, status, text)
+
+
+def _unreached(err: OSError) -> str:
+    """Why a connection could not be made, in the words an operator looks for."""
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, socket.gaierror):
+        return f"the host name does not resolve ({_said(err)})"
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return f"its TLS certificate was refused ({err.verify_message or _said(err)})"
+    if isinstance(err, ssl.SSLError):
+        return f"the TLS handshake failed ({_said(err)})"
+    return _said(err)
 
 
 def _said(err: BaseException) -> str:

@@ -18,15 +18,25 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field names
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+#: Said instead of the text of a header the probe cannot read: a line that is not a header may
+#: still be a credential (a token pasted without its name), so no part of it is ever printed.
+_UNSHOWN = "(its text is not shown: it may hold a credential)"
+
+
 def parse_header(text: str) -> tuple[str, str]:
     """``Name: value`` as (name, value), the value trimmed of spaces and tabs; ValueError when
-    there is no colon, the name is not an HTTP field name, or the value holds a control."""
+    there is no colon, the name is not an HTTP field name, or the value holds a control. The
+    message never quotes the text (header values are never printed, a broken one included):
+    the caller says which header it was."""
     name, colon, value = text.partition(":")
     if not colon:
-        raise ValueError(f"a header is written 'Name: value', got {text!r} (no colon)")
+        raise ValueError(f"a header is written 'Name: value'; this one has no colon {_UNSHOWN}")
     name = name.strip()
     if not _TOKEN.fullmatch(name):
-        raise ValueError(f"{name!r} is not an HTTP header name (in {text!r})")
+        raise ValueError(
+            "the part before the colon is not an HTTP header name (no spaces, quotes or "
+            f"brackets) {_UNSHOWN}"
+        )
     value = value.strip(" \t")
     if _BAD_VALUE.search(value):
         raise ValueError(f"the value of header {name} holds a control character")
