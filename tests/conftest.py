@@ -65,6 +65,20 @@ def isolated(
     return folder
 
 
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A real Redis: the one ``.ci/run`` started (``MRTR_STATE_TEST_REDIS_URL``), else one
+    started here for the test file, else a skip naming the package (``redis-server``)."""
+    given = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
+    from .helpers import private_redis
+
+    with private_redis() as (_server, url):
+        yield url
+
+
 @pytest.fixture
 def keyset() -> ms.Keyset:
     return ms.Keyset.generate(now=NOW - 3600)

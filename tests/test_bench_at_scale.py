@@ -13,7 +13,6 @@ import importlib.util
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,7 +22,6 @@ import pytest
 from mrtr_state.state.redis.client import connect
 from mrtr_state.state.redis.url import parse_url
 from mrtr_state.state.replay import MemoryStore, RedisStore, SqliteStore
-from tests.helpers import private_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = 50
@@ -37,17 +35,6 @@ def at_scale() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """A real Redis: the one .ci/run started, else one started here, else skip."""
-    url = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with private_redis() as (_server, url):
-        yield url
 
 
 def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest, at_scale: Any) -> Any:

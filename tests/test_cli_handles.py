@@ -5,9 +5,7 @@ server) holding records filed as the proxy files them."""
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from mrtr_state.state import records as handles
 from mrtr_state.state.handle_store import open_handle_store
 from mrtr_state.tokens.binding import Binding
 
-from .helpers import private_redis, run
+from .helpers import run
 
 BOUND: dict[str, Any] = {
     "principal": "alice",
@@ -30,16 +28,6 @@ FLAGS = (
     "-p", "alice", "--audience", "/mcp", "--method", "tools/call", "--target", "deploy",
     "--arguments", '{"env":"prod"}',
 )  # fmt: skip
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    given = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
-    if given:
-        yield given
-        return
-    with private_redis() as (_server, url):
-        yield url
 
 
 def filed(url: str, state: str = "step=1", *, ttl: float = 300, now: float | None = None) -> str:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import mrtr_state as ms
 
-from .helpers import ROOT, ProxyProcess, call, private_redis, request, send_raw
+from .helpers import ROOT, ProxyProcess, call, request, send_raw
 from .servers import ScriptedUpstream, free_port, serving
 
 
@@ -273,16 +273,6 @@ def test_start_up_errors_are_clear_and_have_their_exit_codes(tmp_path: Path) -> 
     assert loose.returncode == 6 and "mode 0644" in loose.stderr
     for result in (bad, busy, main, missing, loose):
         assert "Traceback" not in result.stderr
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    given = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
-    if given:
-        yield given
-        return
-    with private_redis() as (_server, url):
-        yield url
 
 
 def test_two_proxies_share_one_keyset_and_one_replay_store(tmp_path: Path, redis_url: str) -> None:

@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from mrtr_state.state.replay import (
 )
 
 from .conftest import NOW
-from .helpers import private_redis, run
+from .helpers import run
 from .servers import free_port
 
 ROUNDS = 25
@@ -137,17 +136,6 @@ def test_an_unwritable_sqlite_store_fails_closed(keyset: ms.Keyset, tmp_path: Pa
 # --- Redis ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """A real Redis: the one .ci/run started, else one started here, else skip."""
-    url = os.environ.get("MRTR_STATE_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with private_redis() as (_server, url):
-        yield url
-
-
 def test_redis_redeems_once(keyset: ms.Keyset, redis_url: str) -> None:
     store = open_store(redis_url)
     assert isinstance(store, RedisStore)
@@ -177,7 +165,6 @@ def test_the_sqlite_store_is_private_and_refuses_a_loose_or_foreign_file(
     tmp_path: Path, open_dir: Path
 ) -> None:
     """Issue 16.8: the store was created 0644 and took a foreign-owned 0666 database."""
-    import os
     import stat
 
     path = tmp_path / "replay.db"
